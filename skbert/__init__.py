@@ -1,0 +1,13 @@
+"""skbert: BERT-family encoders as scikit-learn feature steps and models.
+
+Layer, pooling and normalization are ordinary hyperparameters of
+:class:`BertVectorizer`, so ``Pipeline`` and ``GridSearchCV`` tune them like any
+other preprocessing choice. Importing skbert does not import torch or
+transformers; they load when a model does.
+"""
+
+from skbert._vectorizer import BertVectorizer
+
+__version__ = "0.1.0"
+
+__all__ = ["BertVectorizer", "__version__"]

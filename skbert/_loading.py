@@ -1,0 +1,104 @@
+"""Model and tokenizer loading, device and dtype resolution.
+
+torch and transformers are imported inside the functions that need them, so
+``import skbert`` stays light. Loaded models are shared within a process:
+``GridSearchCV`` clones a vectorizer for every candidate, and each clone's
+``fit`` gets the already loaded model instead of reading the weights again.
+"""
+
+import collections
+import hashlib
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """A model in eval mode on its device, its tokenizer, and a fingerprint of its weights."""
+
+    model: object
+    tokenizer: object
+    fingerprint: str
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+
+# Alive models by (model, revision, dtype, device); the deque keeps the most recent
+# ones alive between GridSearchCV candidates, whose fitted clones are dropped.
+_shared = weakref.WeakValueDictionary()
+_recent = collections.deque(maxlen=2)
+_lock = threading.Lock()
+
+
+def resolve_device(device):
+    """``"auto"`` -> the best available device; otherwise check that ``device`` exists."""
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available; use 'auto' or 'cpu'.")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r} but MPS is not available; use 'auto' or 'cpu'.")
+    return resolved
+
+
+def torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+def weights_fingerprint(model):
+    """A hash of every parameter and buffer: names, dtypes, shapes and values."""
+    import torch
+
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def from_pretrained(source, revision, dtype):
+    """Load a model (eval mode, on the CPU) and its tokenizer, with one clear error."""
+    from transformers import AutoModel, AutoTokenizer
+
+    is_dir = os.path.isdir(source)
+    # A hub id is "name" or "owner/name"; anything else that is not a directory is a bad path.
+    if not is_dir and (os.path.isabs(source) or source.startswith((".", "~")) or source.count("/") > 1):
+        raise FileNotFoundError(f"Model directory {source!r} does not exist.")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+        model = AutoModel.from_pretrained(source, revision=revision, dtype=torch_dtype(dtype))
+    except OSError as exc:
+        where = f"model directory {source!r}" if is_dir else f"model {source!r} (revision={revision!r})"
+        raise OSError(f"Could not load the {where}: {exc}") from exc
+    return model.eval(), tokenizer
+
+
+def load(source, revision, dtype, device):
+    """The shared :class:`LoadedModel` for ``source`` on ``device``, loaded on first use."""
+    key = (os.path.abspath(source) if os.path.isdir(source) else source, revision, dtype, str(device))
+    with _lock:
+        loaded = _shared.get(key)
+        if loaded is None:
+            model, tokenizer = from_pretrained(source, revision, dtype)
+            fingerprint = weights_fingerprint(model)
+            loaded = LoadedModel(model.to(device), tokenizer, fingerprint)
+            _shared[key] = loaded
+        if loaded not in _recent:
+            _recent.append(loaded)
+        return loaded

