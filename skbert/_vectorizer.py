@@ -280,7 +280,7 @@ default="mean"
         return tags
 
     def __getstate__(self):
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # a copy: it may be the live __dict__
         if "model_" in state:
             model, tokenizer = state.pop("model_"), state.pop("tokenizer_")
             state["_files"] = _persistence.dump_model(model, tokenizer)
