@@ -6,8 +6,9 @@ other preprocessing choice. Importing skbert does not import torch or
 transformers; they load when a model does.
 """
 
+from skbert._cache import clear_cache, set_cache_limit
 from skbert._vectorizer import BertVectorizer
 
 __version__ = "0.1.0"
 
-__all__ = ["BertVectorizer", "__version__"]
+__all__ = ["BertVectorizer", "__version__", "clear_cache", "set_cache_limit"]

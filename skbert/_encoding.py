@@ -26,6 +26,14 @@ class Windows:
     def __len__(self):
         return len(self.input_ids)
 
+    def subset(self, indices):
+        """The windows at ``indices`` (owners kept)."""
+        def pick(rows):
+            return None if rows is None else [rows[i] for i in indices]
+
+        return Windows(pick(self.input_ids), pick(self.special_mask), pick(self.token_type_ids),
+                       self.owner[indices])
+
     @property
     def lengths(self):
         return np.fromiter(map(len, self.input_ids), dtype=np.int64, count=len(self))
@@ -105,7 +113,8 @@ def forward_parts(model, tokenizer, windows, keys, batch_size, progress=None):
                 if key not in parts:
                     shape = (len(windows),) + tuple(pooled[key].shape[1:])
                     parts[key] = np.empty(shape, dtype=np.float32)
-                parts[key][batch] = flat[:, start:start + width].reshape((len(batch),) + parts[key].shape[1:])
+                rows = flat[:, start:start + width]
+                parts[key][batch] = rows.reshape((len(batch),) + parts[key].shape[1:])
                 start += width
             if progress is not None:
                 progress.update(len(batch))

@@ -31,6 +31,11 @@ class Extraction:
     special: bool
 
     @property
+    def averaged(self):
+        """The layers as a sorted tuple: the key of their average, whose order does not matter."""
+        return tuple(sorted(self.layers))
+
+    @property
     def merges_max(self):
         """Whether max pooling runs over a mean or sum of several layers."""
         return len(self.layers) > 1 and self.combine != "concat"
@@ -51,7 +56,7 @@ def parts_needed(extraction):
         keys.add(("count", special))
     if name in ("max", "mean_max"):
         if extraction.merges_max:
-            keys.add(("max_of_mean", layers, special))
+            keys.add(("max_of_mean", extraction.averaged, special))
         else:
             keys |= {("max", layer, special) for layer in layers}
     return keys
@@ -145,7 +150,7 @@ def _pool(parts, extraction, name):
     if name == "max":
         if not extraction.merges_max:
             return _merge([parts["max", layer, special] for layer in layers], combine)
-        maxima = parts["max_of_mean", layers, special]
+        maxima = parts["max_of_mean", extraction.averaged, special]
         return maxima * len(layers) if combine == "sum" else maxima
     if name == "mean_max":
         return np.concatenate(

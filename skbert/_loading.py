@@ -78,20 +78,23 @@ def from_pretrained(source, revision, dtype):
 
     is_dir = os.path.isdir(source)
     # A hub id is "name" or "owner/name"; anything else that is not a directory is a bad path.
-    if not is_dir and (os.path.isabs(source) or source.startswith((".", "~")) or source.count("/") > 1):
+    bad_path = os.path.isabs(source) or source.startswith((".", "~")) or source.count("/") > 1
+    if not is_dir and bad_path:
         raise FileNotFoundError(f"Model directory {source!r} does not exist.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
         model = AutoModel.from_pretrained(source, revision=revision, dtype=torch_dtype(dtype))
     except OSError as exc:
-        where = f"model directory {source!r}" if is_dir else f"model {source!r} (revision={revision!r})"
+        where = (f"model directory {source!r}" if is_dir
+                 else f"model {source!r} (revision={revision!r})")
         raise OSError(f"Could not load the {where}: {exc}") from exc
     return model.eval(), tokenizer
 
 
 def load(source, revision, dtype, device):
     """The shared :class:`LoadedModel` for ``source`` on ``device``, loaded on first use."""
-    key = (os.path.abspath(source) if os.path.isdir(source) else source, revision, dtype, str(device))
+    where = os.path.abspath(source) if os.path.isdir(source) else source
+    key = (where, revision, dtype, str(device))
     with _lock:
         loaded = _shared.get(key)
         if loaded is None:

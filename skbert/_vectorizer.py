@@ -9,10 +9,10 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
-from skbert import _loading, _persistence
+from skbert import _cache, _loading, _persistence
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import forward_parts, tokenize
-from skbert._features import Extraction, assemble, n_features, parts_needed
+from skbert._features import Extraction, assemble, n_features, parts_for_cache, parts_needed
 from skbert._validation import check_texts
 
 POOLING_NAMES = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
@@ -64,7 +64,19 @@ default="mean"
     dtype : {"float32", "float16", "bfloat16"}, default="float32"
         Compute precision. Features are float32 numpy arrays whatever it is.
     cache : bool or path, default=True
-        Reuse forward passes across settings, clones and calls.
+        Reuse forward passes across settings, clones and calls. ``True`` keeps
+        them in a process-wide in-memory store, bounded by a byte budget with
+        least-recently-used eviction (:func:`skbert.set_cache_limit`, default
+        2 GiB); a directory path stores them on disk as well, shared by
+        processes and later sessions; ``False`` stores nothing (duplicate texts
+        within one call are still encoded once). An entry holds pooled
+        statistics of every layer rather than token states, so any ``layer``,
+        ``layer_combine``, ``pooling``, ``include_special_tokens`` or ``norm``
+        is served from it; it costs ``(8 * n_layers_ + 2 * (n_layers_ + 1)) *
+        hidden_size * 4`` bytes per text (about 90 KB for all-MiniLM-L6-v2,
+        330 KB for BERT-base). Max pooling over a mean or sum of several layers
+        is stored for the usual choices (the last k layers, first + last);
+        another such combination costs one more forward pass on first use.
     persist_weights : bool, default=True
         Whether pickles carry the weights and tokenizer (self-contained).
     revision : str or None, default=None
@@ -210,18 +222,29 @@ default="mean"
             return np.empty((0, self._n_features_out), dtype=np.float32)
         model = self._model_on(_loading.resolve_device(self.device))
         windows = tokenize(self.tokenizer_, texts, self._window_length())
-        parts = forward_parts(model, self.tokenizer_, windows, parts_needed(extraction),
-                              self.batch_size, self._progress(len(windows)))
-        features = assemble(parts, extraction)
+        features = assemble(self._parts(model, windows, parts_needed(extraction)), extraction)
         return normalize(features, norm=self.norm, copy=False) if self.norm else features
 
-    def _progress(self, total):
+    def _parts(self, model, windows, needed):
+        """Parts for every window: from the cache, or from forward passes of the misses only."""
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc="BertVectorizer", unit="text", disable=not self.verbose)
+        def compute(indices, wanted):
+            with tqdm(total=len(indices), desc="BertVectorizer", unit="window",
+                      disable=not self.verbose) as progress:
+                return forward_parts(model, self.tokenizer_, windows.subset(indices), wanted,
+                                     self.batch_size, progress)
+
+        keys = _cache.window_keys(windows, self._fingerprint, self.dtype)
+        if self.cache is False:  # a store for this call only: duplicates are still encoded once
+            return _cache.cached_parts(_cache.MemoryStore(np.inf), keys, needed, needed, compute)
+        store = _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
+        has_pooler = getattr(model, "pooler", None) is not None
+        wanted = needed | parts_for_cache(self.n_layers_, has_pooler)
+        return _cache.cached_parts(store, keys, needed, wanted, compute)
 
     def _model_on(self, device):
-        """``model_`` on ``device``; a copy when the device changed, since ``model_`` may be shared."""
+        """``model_`` on ``device``: a copy when the device changed (``model_`` may be shared)."""
         if next(self.model_.parameters()).device != device:
             self.model_ = copy.deepcopy(self.model_).to(device)
         return self.model_

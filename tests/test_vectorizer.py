@@ -1,4 +1,4 @@
-"""BertVectorizer on a tiny random BERT: exactness, scikit-learn behaviour, input and persistence."""
+"""BertVectorizer on a tiny random BERT: exactness, sklearn behaviour, input, persistence."""
 
 import pickle
 import shutil
@@ -52,7 +52,8 @@ def test_without_special_tokens_matches_reference(tiny_model_dir, texts, pooling
     expected = reference_features(tiny_model_dir, texts, pooling=pooling, layer=[-1, -2],
                                   include_special_tokens=False)
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
-    with_special = BertVectorizer(tiny_model_dir, pooling=pooling, layer=[-1, -2]).fit_transform(texts)
+    with_special = BertVectorizer(tiny_model_dir, pooling=pooling, layer=[-1, -2])
+    with_special = with_special.fit_transform(texts)
     assert not np.allclose(got, with_special)
 
 

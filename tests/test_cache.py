@@ -1,0 +1,216 @@
+"""The forward-pass cache: one encoder pass per distinct text, whatever the setting."""
+
+import itertools
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from sklearn import clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import Pipeline
+
+import skbert
+from skbert import BertVectorizer, _cache
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    skbert.clear_cache()
+    yield
+    skbert.clear_cache()
+
+
+def count_forward_rows(vectorizer):
+    """Attach a counter of rows through the encoder's forward to a fitted vectorizer."""
+    counter = {"rows": 0, "calls": 0}
+
+    def hook(module, args, kwargs):
+        counter["rows"] += kwargs["input_ids"].shape[0]
+        counter["calls"] += 1
+
+    vectorizer.model_.register_forward_pre_hook(hook, with_kwargs=True)
+    return counter
+
+
+@pytest.fixture
+def counted(tiny_model_dir):
+    """A fitted vectorizer on a private copy of the tiny model, and its forward counter."""
+    from skbert import _loading
+
+    model, tokenizer = _loading.from_pretrained(tiny_model_dir, None, "float32")
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    vectorizer.model_ = model  # a private model: hooks do not leak into other tests
+    return vectorizer, count_forward_rows(vectorizer)
+
+
+SETTINGS = list(itertools.product(
+    ["mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last"],
+    [-1, 0, [-1, -2], [0, -1], [0, 1], "all"],
+    ["mean", "sum", "concat"],
+    [True, False],
+))
+
+
+def test_cached_equals_uncached_for_every_setting(tiny_model_dir, texts):
+    cached = BertVectorizer(tiny_model_dir).fit()
+    uncached = BertVectorizer(tiny_model_dir, cache=False).fit()
+    for pooling, layer, combine, special in SETTINGS:
+        if pooling == "pooler" and layer != -1:
+            continue
+        params = dict(pooling=pooling, layer=layer, layer_combine=combine,
+                      include_special_tokens=special, norm="l2")
+        got = cached.set_params(**params).transform(texts)
+        expected = uncached.set_params(**params).transform(texts)
+        assert np.abs(got - expected).max() <= 1e-6, params
+
+
+def test_every_usual_setting_served_by_one_forward_pass(counted, texts):
+    vectorizer, counter = counted
+    for pooling, layer, combine, special in SETTINGS:
+        if (pooling == "pooler" and layer != -1) or layer == [0, 1]:
+            continue
+        vectorizer.set_params(pooling=pooling, layer=layer, layer_combine=combine,
+                              include_special_tokens=special).transform(texts)
+    assert counter["rows"] == len(texts)
+
+
+def test_unusual_multi_layer_max_costs_one_more_pass_then_is_cached(counted, texts):
+    vectorizer, counter = counted
+    vectorizer.transform(texts)
+    vectorizer.set_params(pooling="max", layer=[0, 1])
+    first = vectorizer.transform(texts)
+    assert counter["rows"] == 2 * len(texts)
+    np.testing.assert_array_equal(vectorizer.transform(texts), first)
+    vectorizer.set_params(pooling="mean_max", layer_combine="sum").transform(texts)
+    assert counter["rows"] == 2 * len(texts)
+
+
+def test_grid_search_forwards_each_distinct_text_once(tiny_model_dir, counted):
+    vectorizer, counter = counted
+    positive = [f"good movie {w}" for w in ("the", "a", "cat", "dog", "red", "blue")]
+    negative = [f"awful film {w}" for w in ("the", "a", "cat", "dog", "red", "blue")]
+    X, y = positive + negative, [1] * 6 + [0] * 6
+    pipe = Pipeline([("bert", vectorizer), ("clf", LogisticRegression())])
+    grid = {"bert__pooling": ["cls", "mean", "max"],
+            "bert__layer": [[-1], [-2], [-3], [-1, -2, -3]], "bert__norm": [None, "l2"]}
+    # Fitting clones is what GridSearchCV does; keep the counted model by sharing it.
+    search = GridSearchCV(pipe, grid, cv=3)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BertVectorizer, "fit", _fit_keeping_model(vectorizer.model_))
+        search.fit(X, y)
+    assert len(search.cv_results_["params"]) == 24
+    assert counter["rows"] == len(set(X))
+
+
+def _fit_keeping_model(model):
+    original = BertVectorizer.fit
+
+    def fit(self, X=None, y=None):
+        original(self, X, y)
+        self.model_ = model
+        return self
+
+    return fit
+
+
+def test_duplicates_in_one_call_are_encoded_once(counted):
+    vectorizer, counter = counted
+    out = vectorizer.set_params(cache=False).transform(["the cat", "a dog", "the cat"] * 5)
+    assert counter["rows"] == 2
+    np.testing.assert_array_equal(out[0], out[2])
+
+
+def test_cache_false_stores_nothing(tiny_model_dir, texts):
+    BertVectorizer(tiny_model_dir, cache=False).fit().transform(texts)
+    assert len(_cache.MEMORY) == 0
+
+
+def test_reused_across_clones_and_calls(counted, texts):
+    vectorizer, counter = counted
+    vectorizer.transform(texts[:4])
+    vectorizer.transform(texts)
+    assert counter["rows"] == len(texts)
+    assert len(_cache.MEMORY) == len(texts)
+
+
+def test_keys_change_with_weights_max_length_and_dtype(tiny_model_dir):
+    import torch
+
+    long_text = ["the cat sat on the mat and the dog ran to the river " * 3]
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    base = vectorizer.transform(long_text)
+    n_entries = len(_cache.MEMORY)
+    shorter = vectorizer.set_params(max_length=8).transform(long_text)
+    assert len(_cache.MEMORY) == n_entries + 1 and not np.allclose(base, shorter)
+    vectorizer.set_params(max_length=None, dtype="bfloat16").fit().transform(long_text)
+    assert len(_cache.MEMORY) == n_entries + 2
+    tuned = clone(vectorizer).set_params(dtype="float32")
+    tuned.fit()
+    from skbert import _loading
+
+    model, _ = _loading.from_pretrained(tiny_model_dir, None, "float32")
+    with torch.no_grad():
+        model.encoder.layer[0].output.dense.weight.mul_(2.0)
+    tuned.model_, tuned._fingerprint = model, _loading.weights_fingerprint(model)
+    changed = tuned.transform(long_text)
+    assert len(_cache.MEMORY) == n_entries + 3 and not np.allclose(changed, base)
+
+
+def test_memory_budget_is_honoured(counted, texts):
+    vectorizer, counter = counted
+    vectorizer.transform(texts[:1])
+    one_entry = _cache.MEMORY.n_bytes
+    previous = skbert.set_cache_limit(3 * one_entry)
+    try:
+        vectorizer.transform(texts)
+        assert len(_cache.MEMORY) == 3 and _cache.MEMORY.n_bytes <= 3 * one_entry
+        before = counter["rows"]
+        vectorizer.transform(texts[-3:])  # the most recently used: still there
+        assert counter["rows"] == before
+        vectorizer.transform(texts[:1])  # evicted: encoded again
+        assert counter["rows"] == before + 1
+    finally:
+        skbert.set_cache_limit(previous)
+
+
+def test_directory_cache_serves_a_second_process(tiny_model_dir, tmp_path, texts):
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from skbert import BertVectorizer
+        rows = []
+        vectorizer = BertVectorizer({tiny_model_dir!r}, cache={str(tmp_path / 'cache')!r}).fit()
+        vectorizer.model_.register_forward_pre_hook(
+            lambda m, a, k: rows.append(k["input_ids"].shape[0]), with_kwargs=True)
+        np.save({str(tmp_path)!r} + "/out.npy", vectorizer.transform({texts!r}))
+        print(sum(rows))
+    """)
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+            for _ in range(2)]
+    assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr[-2000:]
+    assert [int(run.stdout.split()[-1]) for run in runs] == [len(texts), 0]
+    expected = BertVectorizer(tiny_model_dir, cache=False).fit().transform(texts)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+
+
+def test_damaged_disk_entries_are_recomputed_never_served(counted, tmp_path, texts):
+    vectorizer, counter = counted
+    vectorizer.set_params(cache=str(tmp_path))
+    expected = vectorizer.transform(texts)
+    files = sorted(tmp_path.rglob("*.npz"))
+    assert len(files) == len(texts)
+    for index, path in enumerate(files):
+        data = bytearray(path.read_bytes())
+        if index % 2:
+            data[len(data) // 2] ^= 0xFF  # one flipped byte in the middle
+        else:
+            data = data[: len(data) // 3]  # truncated
+        path.write_bytes(bytes(data))
+    skbert.clear_cache()
+    np.testing.assert_array_equal(vectorizer.transform(texts), expected)
+    assert counter["rows"] == 2 * len(texts)
+    skbert.clear_cache()
+    np.testing.assert_array_equal(vectorizer.transform(texts), expected)  # rewritten, now served
+    assert counter["rows"] == 2 * len(texts)
