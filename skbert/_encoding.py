@@ -7,6 +7,7 @@ windows sorted by length, so each batch pads only to its own longest window,
 and results are written back in input order.
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,25 +36,68 @@ class Windows:
                        self.owner[indices])
 
     @property
+    def n_text_tokens(self):
+        """Tokens per window that are not special tokens."""
+        return self.lengths - np.fromiter(map(sum, self.special_mask), np.int64, len(self))
+
+    @functools.cached_property
     def lengths(self):
         return np.fromiter(map(len, self.input_ids), dtype=np.int64, count=len(self))
 
 
-def tokenize(tokenizer, texts, max_length):
-    """Windows of ``texts`` (str or (str, str) pairs), keeping the first ``max_length`` tokens."""
+def tokenize(tokenizer, texts, max_length, truncation="head", stride=0):
+    """Encoder windows of ``texts`` (str, or (str, str) pairs) of at most ``max_length`` tokens.
+
+    "head" keeps the first tokens and "chunks" cuts the whole text into windows
+    overlapping by ``stride`` tokens, both with the tokenizer's own truncation
+    and overflow; "tail" keeps the last tokens and "head_tail" a quarter of the
+    text budget from the head and the rest from the tail. Text pairs are
+    always truncated "head"-style, longest sequence first.
+    """
+    common = dict(max_length=max_length, return_special_tokens_mask=True,
+                  return_attention_mask=False, verbose=False)
     if texts and isinstance(texts[0], tuple):
+        if truncation != "head":
+            raise ValueError(
+                f"truncation={truncation!r} applies to single texts; text pairs are truncated "
+                "longest-first from the end (truncation='head')."
+            )
         first, second = zip(*texts)
-        encoded = tokenizer(list(first), list(second), truncation=True, max_length=max_length,
-                            return_special_tokens_mask=True, return_attention_mask=False)
+        encoded = tokenizer(list(first), list(second), truncation="longest_first", **common)
+    elif truncation == "head":
+        encoded = tokenizer(list(texts), truncation=True, **common)
+    elif truncation == "chunks":
+        encoded = tokenizer(list(texts), truncation=True, stride=stride,
+                            return_overflowing_tokens=True, **common)
+        return Windows(encoded["input_ids"], encoded["special_tokens_mask"], None,
+                       np.asarray(encoded["overflow_to_sample_mapping"]))
     else:
-        encoded = tokenizer(list(texts), truncation=True, max_length=max_length,
-                            return_special_tokens_mask=True, return_attention_mask=False)
-    return Windows(
-        input_ids=encoded["input_ids"],
-        special_mask=encoded["special_tokens_mask"],
-        token_type_ids=encoded.get("token_type_ids"),
-        owner=np.arange(len(texts)),
-    )
+        return _tail_windows(tokenizer, texts, max_length, truncation)
+    return Windows(encoded["input_ids"], encoded["special_tokens_mask"],
+                   encoded.get("token_type_ids"), np.arange(len(texts)))
+
+
+def text_budget(tokenizer, max_length):
+    """Text tokens per window: ``max_length`` less the special tokens of a single text."""
+    return max_length - tokenizer.num_special_tokens_to_add(pair=False)
+
+
+def _tail_windows(tokenizer, texts, max_length, truncation):
+    # The special tokens around one text, read off the tokenizer itself (e.g. [CLS] ... [SEP]).
+    probe = tokenizer("a", return_special_tokens_mask=True)
+    ids, special = probe["input_ids"], probe["special_tokens_mask"]
+    n_prefix = special.index(0)
+    n_suffix = special[::-1].index(0)
+    prefix, suffix = ids[:n_prefix], ids[len(ids) - n_suffix:]
+    budget = text_budget(tokenizer, max_length)
+    n_head = budget // 4 if truncation == "head_tail" else 0
+    input_ids, masks = [], []
+    for tokens in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]:
+        if len(tokens) > budget:
+            tokens = tokens[:n_head] + tokens[len(tokens) - (budget - n_head):]
+        input_ids.append(prefix + tokens + suffix)
+        masks.append([1] * len(prefix) + [0] * len(tokens) + [1] * len(suffix))
+    return Windows(input_ids, masks, None, np.arange(len(texts)))
 
 
 def length_sorted_batches(lengths, batch_size):
@@ -75,13 +119,14 @@ def _model_inputs(tokenizer, windows, batch, device):
     def tensor(rows, value):
         return torch.from_numpy(_pad([rows[i] for i in batch], value)).to(device)
 
-    inputs = {"input_ids": tensor(windows.input_ids, tokenizer.pad_token_id)}
-    inputs["attention_mask"] = tensor([[1] * len(ids) for ids in windows.input_ids], 0)
+    input_ids = tensor(windows.input_ids, tokenizer.pad_token_id)
+    lengths = torch.from_numpy(windows.lengths[batch]).to(device)
+    positions = torch.arange(input_ids.shape[1], device=device)
+    inputs = {"input_ids": input_ids, "attention_mask": (positions < lengths[:, None]).long()}
     if "token_type_ids" in tokenizer.model_input_names:
-        types = windows.token_type_ids or [[0] * len(ids) for ids in windows.input_ids]
-        inputs["token_type_ids"] = tensor(types, 0)
-    special = tensor(windows.special_mask, 1)
-    return inputs, special
+        inputs["token_type_ids"] = (torch.zeros_like(input_ids) if windows.token_type_ids is None
+                                    else tensor(windows.token_type_ids, 0))
+    return inputs, tensor(windows.special_mask, 1)
 
 
 def forward_parts(model, tokenizer, windows, keys, batch_size, progress=None):

@@ -170,3 +170,26 @@ def n_features(extraction, hidden_size):
     if extraction.combine == "concat" and extraction.pooling != "pooler":
         width *= len(extraction.layers)
     return 2 * width if extraction.pooling == "mean_max" else width
+
+
+def merge_windows(vectors, owner, n_text_tokens, how):
+    """Merge the window vectors of each text into one row per text.
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (n_windows, dim)
+    owner : ndarray of shape (n_windows,)
+        The text of each window, non-decreasing (a text's windows are consecutive).
+    n_text_tokens : ndarray of shape (n_windows,)
+        Tokens of text (special tokens excluded) in each window: the weights of "weighted".
+    how : {"mean", "max", "weighted"}
+        Plain mean, element-wise max, or mean weighted by ``n_text_tokens``.
+    """
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    if len(starts) == len(owner):
+        return vectors
+    if how == "max":
+        return np.maximum.reduceat(vectors, starts, axis=0)
+    weights = np.ones(len(owner)) if how == "mean" else np.maximum(n_text_tokens, 1)
+    totals = np.add.reduceat(vectors * weights[:, None], starts, axis=0)
+    return (totals / np.add.reduceat(weights, starts)[:, None]).astype(np.float32)

@@ -11,8 +11,15 @@ from sklearn.utils.validation import check_is_fitted
 
 from skbert import _cache, _loading, _persistence
 from skbert._compat import Interval, StrOptions, _fit_context
-from skbert._encoding import forward_parts, tokenize
-from skbert._features import Extraction, assemble, n_features, parts_for_cache, parts_needed
+from skbert._encoding import forward_parts, text_budget, tokenize
+from skbert._features import (
+    Extraction,
+    assemble,
+    merge_windows,
+    n_features,
+    parts_for_cache,
+    parts_needed,
+)
 from skbert._validation import check_texts
 
 POOLING_NAMES = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
@@ -49,13 +56,23 @@ default="mean"
         Row normalization, exactly as :func:`sklearn.preprocessing.normalize`.
     max_length : int or None, default=None
         Tokens per window, special tokens included. None is the model's limit.
-    truncation : {"head"}, default="head"
-        What happens to text longer than ``max_length``: "head" keeps the
-        first tokens.
+    truncation : {"head", "tail", "head_tail", "chunks"}, default="head"
+        What happens to text longer than ``max_length``. "head" keeps the
+        first tokens, "tail" the last ones, "head_tail" a quarter of the text
+        budget from the start and the rest from the end (Sun et al. 2019: 128
+        + 382 tokens at ``max_length=512``). "chunks" encodes the whole text as
+        windows of ``max_length`` tokens, each with its own special tokens and
+        overlapping by ``stride`` tokens, pools each window as the other
+        settings say and merges them with ``chunk_pooling``; windows of all
+        texts are batched together, so cost grows linearly with length. A text
+        that fits in one window gets the same vector under every strategy.
+        Text pairs are always truncated longest-first from the end ("head").
     stride : int, default=0
-        Tokens of overlap between windows (for long-text strategies).
+        Tokens of overlap between consecutive windows with ``truncation="chunks"``;
+        must be smaller than the text tokens of a window.
     chunk_pooling : {"mean", "max", "weighted"}, default="mean"
-        How window vectors merge (for long-text strategies).
+        How window vectors merge into one per text: plain mean, element-wise
+        max, or mean weighted by each window's number of text tokens.
     batch_size : int, default=32
         Texts per forward pass.
     device : {"auto", "cpu", "cuda", "cuda:N", "mps"}, default="auto"
@@ -120,7 +137,7 @@ default="mean"
         "include_special_tokens": ["boolean"],
         "norm": [StrOptions({"l1", "l2", "max"}), None],
         "max_length": [Interval(Integral, 2, None, closed="left"), None],
-        "truncation": [StrOptions({"head"})],
+        "truncation": [StrOptions({"head", "tail", "head_tail", "chunks"})],
         "stride": [Interval(Integral, 0, None, closed="left")],
         "chunk_pooling": [StrOptions({"mean", "max", "weighted"})],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -221,8 +238,11 @@ default="mean"
         if not texts:
             return np.empty((0, self._n_features_out), dtype=np.float32)
         model = self._model_on(_loading.resolve_device(self.device))
-        windows = tokenize(self.tokenizer_, texts, self._window_length())
+        windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
+                           self.stride)
         features = assemble(self._parts(model, windows, parts_needed(extraction)), extraction)
+        features = merge_windows(features, windows.owner, windows.n_text_tokens,
+                                 self.chunk_pooling)
         return normalize(features, norm=self.norm, copy=False) if self.norm else features
 
     def _parts(self, model, windows, needed):
@@ -282,13 +302,22 @@ default="mean"
         """Tokens per window: ``max_length``, checked against the model's limit."""
         limit = min(self.tokenizer_.model_max_length,
                     getattr(self.model_.config, "max_position_embeddings", np.inf))
-        if self.max_length is None:
-            return int(limit)
-        if self.max_length > limit:
+        max_length = int(limit) if self.max_length is None else self.max_length
+        if max_length > limit:
             raise ValueError(
                 f"max_length={self.max_length!r} exceeds the model's limit of {int(limit)} tokens."
             )
-        return self.max_length
+        budget = text_budget(self.tokenizer_, max_length)
+        if budget < 1:
+            raise ValueError(f"max_length={max_length!r} leaves no room for text next to the "
+                             f"special tokens: use at least {max_length - budget + 1}.")
+        if self.truncation == "chunks" and self.stride >= budget:
+            raise ValueError(
+                f"stride={self.stride!r} must be smaller than the text tokens of a window "
+                f"(max_length={max_length} less special tokens = {budget}) with "
+                "truncation='chunks'."
+            )
+        return max_length
 
     @property
     def _n_features_out(self):

@@ -14,7 +14,8 @@ def _states(model_dir, texts, max_length):
     model = AutoModel.from_pretrained(model_dir).eval()
     results = []
     for text in texts:
-        pair = text if isinstance(text, tuple) else (text,)
+        # Batch form (lists): the single form drops an empty second text of a pair.
+        pair = [[text[0]], [text[1]]] if isinstance(text, tuple) else [[text]]
         encoded = tokenizer(*pair, truncation=True, max_length=max_length, return_tensors="pt",
                             return_special_tokens_mask=True)
         special = encoded.pop("special_tokens_mask")[0].numpy().astype(bool)
