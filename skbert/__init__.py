@@ -7,8 +7,16 @@ transformers; they load when a model does.
 """
 
 from skbert._cache import clear_cache, set_cache_limit
+from skbert._search import PairSimilarity, SimilaritySearch
 from skbert._vectorizer import BertVectorizer
 
 __version__ = "0.1.0"
 
-__all__ = ["BertVectorizer", "__version__", "clear_cache", "set_cache_limit"]
+__all__ = [
+    "BertVectorizer",
+    "PairSimilarity",
+    "SimilaritySearch",
+    "__version__",
+    "clear_cache",
+    "set_cache_limit",
+]

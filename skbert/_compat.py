@@ -5,6 +5,6 @@ scikit-learn release that moves them breaks exactly one module.
 """
 
 from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval, Options, StrOptions
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
-__all__ = ["Interval", "Options", "StrOptions", "_fit_context"]
+__all__ = ["HasMethods", "Interval", "StrOptions", "_fit_context"]

@@ -1,0 +1,169 @@
+"""SimilaritySearch against sklearn's brute-force NearestNeighbors; PairSimilarity for STS."""
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+from sklearn.decomposition import PCA
+from sklearn.model_selection import GridSearchCV
+from sklearn.neighbors import NearestNeighbors
+from sklearn.pipeline import make_pipeline
+
+from skbert import BertVectorizer, PairSimilarity, SimilaritySearch
+from skbert._search import top_k_blocked
+
+
+@pytest.fixture
+def vectors():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(300, 16)).astype(np.float32), rng.normal(size=(40, 16))
+
+
+def test_kneighbors_equals_sklearn_brute_force(vectors):
+    corpus, queries = vectors
+    ours = SimilaritySearch(n_neighbors=7, block_size=50).fit(corpus)
+    theirs = NearestNeighbors(n_neighbors=7, metric="cosine", algorithm="brute").fit(corpus)
+    for X in (queries, None):
+        distances, indices = ours.kneighbors(X)
+        expected_distances, expected_indices = theirs.kneighbors(X)
+        np.testing.assert_array_equal(indices, expected_indices)
+        np.testing.assert_allclose(distances, expected_distances, atol=1e-5)
+    assert np.array_equal(ours.kneighbors(queries, 3, return_distance=False),
+                          theirs.kneighbors(queries, 3, return_distance=False))
+
+
+def test_search_is_kneighbors_in_similarity_terms(vectors):
+    corpus, queries = vectors
+    search = SimilaritySearch().fit(corpus)
+    scores, indices = search.search(queries, k=5)
+    distances, neighbor_indices = search.kneighbors(queries, n_neighbors=5)
+    np.testing.assert_array_equal(indices, neighbor_indices)
+    np.testing.assert_allclose(scores, 1 - distances, atol=1e-6)
+    assert (np.diff(scores, axis=1) <= 0).all()
+
+
+@pytest.mark.parametrize("block_size", [1, 7, 64, 1000])
+@pytest.mark.parametrize("k", [1, 5, 300])
+def test_blocked_equals_unblocked(vectors, block_size, k):
+    corpus, queries = vectors
+    queries = queries.astype(np.float32)
+    scores, indices = top_k_blocked(queries, corpus, k, block_size)
+    full = queries @ corpus.T
+    expected = np.lexsort((np.broadcast_to(np.arange(300), full.shape), -full), axis=1)[:, :k]
+    np.testing.assert_array_equal(indices, expected)
+    np.testing.assert_allclose(scores, np.take_along_axis(full, expected, axis=1), atol=1e-5)
+
+
+def test_ties_are_broken_by_lower_index():
+    corpus = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [2.0, 0.0]], dtype=np.float32)
+    scores, indices = top_k_blocked(np.array([[1.0, 0.0]], np.float32), corpus, 3, 2)
+    assert indices.tolist() == [[3, 0, 1]]  # raw inner products: [2, 0] scores highest
+    unit = SimilaritySearch().fit(corpus)
+    assert unit.search(np.array([[1.0, 0.0]]), k=3)[1].tolist() == [[0, 1, 3]]
+
+
+def test_kneighbors_without_queries_excludes_each_point_itself():
+    corpus = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    indices = SimilaritySearch(n_neighbors=1).fit(corpus).kneighbors(return_distance=False)
+    assert indices[:, 0].tolist() == [1, 0, 0]
+
+
+def test_errors(vectors):
+    corpus, queries = vectors
+    search = SimilaritySearch().fit(corpus)
+    with pytest.raises(ValueError, match=r"k=0 must be an int between 1 and 300"):
+        search.search(queries, k=0)
+    with pytest.raises(ValueError, match=r"n_neighbors=300 must be an int between 1 and 299 "
+                                         r"\(the corpus size less the query itself\)"):
+        search.kneighbors(n_neighbors=300)
+    with pytest.raises(ValueError, match="Queries have 3 features, the corpus has 16"):
+        search.search(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="The 'backend' parameter of SimilaritySearch"):
+        SimilaritySearch(backend="annoy").fit(corpus)
+
+
+def test_text_corpus_with_a_pipeline_vectorizer_and_joblib(tiny_model_dir, texts, tmp_path):
+    vectorizer = make_pipeline(BertVectorizer(tiny_model_dir), PCA(n_components=4, whiten=True))
+    search = SimilaritySearch(vectorizer, n_neighbors=2).fit(texts)
+    scores, indices = search.search(texts[:3], k=1)
+    assert indices[:, 0].tolist() == [0, 1, 2]  # each text finds itself
+    features = search.vectorizer_.transform(texts)
+    expected = NearestNeighbors(n_neighbors=2, metric="cosine").fit(features).kneighbors()
+    np.testing.assert_array_equal(search.kneighbors()[1], expected[1])
+    joblib.dump(search, tmp_path / "search.joblib")
+    reloaded = joblib.load(tmp_path / "search.joblib")
+    np.testing.assert_array_equal(reloaded.search(texts, k=3)[1], search.search(texts, k=3)[1])
+
+
+def test_faiss_backend_finds_the_exact_neighbours_on_small_data(vectors, tmp_path):
+    pytest.importorskip("faiss")
+    corpus, queries = vectors
+    approximate = SimilaritySearch(backend="faiss").fit(corpus)
+    exact = SimilaritySearch().fit(corpus)
+    agreement = np.mean(approximate.search(queries, k=5)[1] == exact.search(queries, k=5)[1])
+    assert agreement > 0.95
+    joblib.dump(approximate, tmp_path / "faiss.joblib")
+    reloaded = joblib.load(tmp_path / "faiss.joblib")
+    np.testing.assert_array_equal(reloaded.search(queries, k=5)[1],
+                                  approximate.search(queries, k=5)[1])
+
+
+def test_missing_faiss_is_a_clear_import_error(vectors, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_faiss(name, *args, **kwargs):
+        if name == "faiss":
+            raise ImportError("No module named 'faiss'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_faiss)
+    with pytest.raises(ImportError, match=r"pip install 'skbert\[faiss\]'"):
+        SimilaritySearch(backend="faiss").fit(vectors[0])
+
+
+# --- PairSimilarity ----------------------------------------------------------------------------
+
+PAIRS = [("the cat sat", "a cat sat"), ("good movie", "awful film"), ("red house", "red house"),
+         ("the river city", "what time ?"), ("big dog", "small dog"), ("run fast", "ran fast")]
+GOLD = [4.0, 1.0, 5.0, 0.0, 2.5, 4.5]
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean", "manhattan"])
+def test_pair_similarity_predict_and_score(tiny_model_dir, metric):
+    model = PairSimilarity(BertVectorizer(tiny_model_dir), metric=metric).fit(PAIRS, GOLD)
+    a = model.vectorizer_.transform([p[0] for p in PAIRS]).astype(np.float64)
+    b = model.vectorizer_.transform([p[1] for p in PAIRS]).astype(np.float64)
+    expected = {
+        "cosine": np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1),
+        "dot": np.sum(a * b, 1),
+        "euclidean": -np.linalg.norm(a - b, axis=1),
+        "manhattan": -np.abs(a - b).sum(1),
+    }[metric]
+    np.testing.assert_allclose(model.predict(PAIRS), expected, rtol=1e-5, atol=1e-6)
+    assert model.score(PAIRS, GOLD) == pytest.approx(spearmanr(expected, GOLD).statistic)
+    frame = pd.DataFrame(PAIRS, columns=["a", "b"])
+    np.testing.assert_allclose(model.predict(frame), model.predict(PAIRS))
+
+
+def test_pair_similarity_fits_the_vectorizer_on_all_texts(tiny_model_dir):
+    vectorizer = make_pipeline(BertVectorizer(tiny_model_dir), PCA(n_components=3))
+    model = PairSimilarity(vectorizer).fit(PAIRS)
+    distinct = {text for pair in PAIRS for text in pair}
+    assert model.vectorizer_[-1].n_samples_ == len(distinct)
+
+
+def test_pair_similarity_grid_search(tiny_model_dir):
+    search = GridSearchCV(PairSimilarity(BertVectorizer(tiny_model_dir)),
+                          {"vectorizer__pooling": ["cls", "mean"], "vectorizer__layer": [-1, -2]},
+                          cv=2).fit(PAIRS, GOLD)
+    assert len(search.cv_results_["params"]) == 4
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    assert search.best_params_["vectorizer__pooling"] in ("cls", "mean")
+
+
+def test_pair_similarity_rejects_single_texts(tiny_model_dir):
+    with pytest.raises(ValueError, match="PairSimilarity takes text pairs"):
+        PairSimilarity(BertVectorizer(tiny_model_dir)).fit(["just", "texts"])
