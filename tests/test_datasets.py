@@ -226,3 +226,24 @@ def test_bad_option_raises(load, kwargs, bad):
     message = f"The '{name}' parameter of {load.__name__} must be one of {accepted}; got {bad}."
     with pytest.raises(ValueError, match=re.escape(message)):
         load(**kwargs)
+
+
+# --- load_beir ----------------------------------------------------------------------------------
+
+def test_load_beir_reads_a_beir_directory(tmp_path):
+    import json
+
+    from skbert.datasets import load_beir
+
+    (tmp_path / "qrels").mkdir()
+    docs = [{"_id": "d1", "title": "Title", "text": "Body one."}, {"_id": "d2", "text": "Two."}]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(map(json.dumps, docs)) + "\n")
+    queries = [{"_id": "q1", "text": "first?"}, {"_id": "q2", "text": "unjudged?"}]
+    (tmp_path / "queries.jsonl").write_text("\n".join(map(json.dumps, queries)) + "\n")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t2\n")
+    data = load_beir(tmp_path)
+    assert data.doc_ids == ["d1", "d2"]
+    assert data.documents == ["Title Body one.", "Two."]
+    assert data.queries == {"q1": "first?"} and data.qrels == {"q1": {"d2": 2}}
+    with pytest.raises(FileNotFoundError, match=r"train.tsv does not exist: .* with a 'train'"):
+        load_beir(tmp_path, split="train")

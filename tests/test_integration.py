@@ -90,3 +90,42 @@ def test_joblib_round_trip_in_a_new_process_without_the_model_files(minilm_dir, 
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_scifact_search_matches_sentence_transformers(minilm_dir):
+    from pathlib import Path
+
+    from sentence_transformers import SentenceTransformer
+    from sklearn.neighbors import NearestNeighbors
+
+    from skbert import SimilaritySearch
+    from skbert.datasets import load_beir
+    from skbert.metrics import evaluate_retrieval, ndcg_at_k
+
+    directory = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+    if not directory.is_dir():
+        pytest.skip(f"SciFact not found at {directory}")
+    data = load_beir(directory)
+    # A 1,000-document sub-corpus: every relevant document plus the first others.
+    relevant = {doc for judged in data.qrels.values() for doc in judged}
+    keep = [i for i, doc in enumerate(data.doc_ids) if doc in relevant]
+    keep += [i for i, doc in enumerate(data.doc_ids) if doc not in relevant][:1000 - len(keep)]
+    doc_ids = [data.doc_ids[i] for i in keep]
+    documents = [data.documents[i] for i in keep]
+    query_ids = list(data.queries)
+    queries = [data.queries[q] for q in query_ids]
+
+    search = SimilaritySearch(BertVectorizer(minilm_dir, norm="l2", max_length=128)).fit(documents)
+    ours = evaluate_retrieval(search, data.queries, data.qrels, doc_ids, k_values=(10,))
+    _, our_indices = search.kneighbors(queries, n_neighbors=10)
+
+    model = SentenceTransformer(minilm_dir, device="cpu")
+    model.max_seq_length = 128
+    neighbours = NearestNeighbors(n_neighbors=10, metric="cosine", algorithm="brute")
+    neighbours.fit(model.encode(documents, normalize_embeddings=True))
+    distances, their_indices = neighbours.kneighbors(
+        model.encode(queries, normalize_embeddings=True))
+    run = {q: {doc_ids[i]: 1 - d for i, d in zip(row, dist)}
+           for q, row, dist in zip(query_ids, their_indices, distances)}
+    assert np.mean(our_indices == their_indices) > 0.99
+    assert abs(ours["ndcg@10"] - ndcg_at_k(data.qrels, run, k=10)) <= 0.005
