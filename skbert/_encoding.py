@@ -8,6 +8,7 @@ and results are written back in input order.
 """
 
 import functools
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,10 +101,24 @@ def _tail_windows(tokenizer, texts, max_length, truncation):
     return Windows(input_ids, masks, None, np.arange(len(texts)))
 
 
-def length_sorted_batches(lengths, batch_size):
-    """Index arrays of at most ``batch_size`` windows, longest first (so memory peaks early)."""
+# Upper bound on padded tokens per forward pass: long windows go in smaller batches, so a
+# large batch_size stays safe for memory (32 windows of 512 tokens fit).
+MAX_BATCH_TOKENS = 16384
+
+
+def length_sorted_batches(lengths, batch_size, max_tokens=MAX_BATCH_TOKENS):
+    """Index arrays of windows sorted longest first (so memory peaks early).
+
+    Each batch holds at most ``batch_size`` windows and, padded to its longest
+    window, at most ``max_tokens`` tokens (but always at least one window).
+    """
     order = np.argsort(-np.asarray(lengths), kind="stable")
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    batches, start = [], 0
+    while start < len(order):
+        size = min(batch_size, max(1, max_tokens // max(int(lengths[order[start]]), 1)))
+        batches.append(order[start:start + size])
+        start += size
+    return batches
 
 
 def _pad(rows, value):
@@ -134,7 +149,8 @@ def forward_parts(model, tokenizer, windows, keys, batch_size, progress=None):
 
     Hidden states of the inner layers are requested only when ``keys`` read
     them. Parts are computed on the model's device and each batch crosses to
-    the CPU once, into arrays allocated up front.
+    the CPU once, into arrays allocated up front. A batch that runs out of GPU
+    memory is split in two and retried, down to single windows, with a warning.
     """
     import torch
 
@@ -143,25 +159,40 @@ def forward_parts(model, tokenizer, windows, keys, batch_size, progress=None):
     inner = bool(layers_read(keys) - {n_states - 1})
     device = next(model.parameters()).device
     parts = {}
+
+    def run(batch):
+        inputs, special = _model_inputs(tokenizer, windows, batch, device)
+        try:
+            outputs = model(**inputs, output_hidden_states=inner)
+        except torch.cuda.OutOfMemoryError:
+            if len(batch) == 1:
+                raise
+            del inputs, special
+            torch.cuda.empty_cache()
+            warnings.warn(f"Out of GPU memory on a batch of {len(batch)} windows: retrying it "
+                          "in two halves. A smaller batch_size avoids the retries.",
+                          RuntimeWarning, stacklevel=4)
+            run(batch[:len(batch) // 2])
+            run(batch[len(batch) // 2:])
+            return
+        hidden = outputs.hidden_states if inner else {n_states - 1: outputs.last_hidden_state}
+        pooled = compute_parts(hidden, inputs["attention_mask"], special,
+                               getattr(outputs, "pooler_output", None), keys)
+        flat = torch.cat([pooled[key].reshape(len(batch), -1) for key in keys], dim=1)
+        flat = flat.cpu().numpy()
+        start = 0
+        for key in keys:
+            if key not in parts:
+                shape = (len(windows),) + tuple(pooled[key].shape[1:])
+                parts[key] = np.empty(shape, dtype=np.float32)
+            width = int(np.prod(parts[key].shape[1:]))
+            parts[key][batch] = flat[:, start:start + width].reshape((len(batch),) +
+                                                                     parts[key].shape[1:])
+            start += width
+        if progress is not None:
+            progress.update(len(batch))
+
     with torch.inference_mode():
         for batch in length_sorted_batches(windows.lengths, batch_size):
-            inputs, special = _model_inputs(tokenizer, windows, batch, device)
-            outputs = model(**inputs, output_hidden_states=inner)
-            hidden = outputs.hidden_states if inner else {n_states - 1: outputs.last_hidden_state}
-            pooled = compute_parts(hidden, inputs["attention_mask"], special,
-                                   getattr(outputs, "pooler_output", None), keys)
-            flat = torch.cat([pooled[key].reshape(len(batch), -1) for key in keys], dim=1)
-            flat = flat.cpu().numpy()
-            start = 0
-            for key in keys:
-                width = pooled[key][0].numel()
-                if key not in parts:
-                    shape = (len(windows),) + tuple(pooled[key].shape[1:])
-                    parts[key] = np.empty(shape, dtype=np.float32)
-                rows = flat[:, start:start + width]
-                parts[key][batch] = rows.reshape((len(batch),) + parts[key].shape[1:])
-                start += width
-            if progress is not None:
-                progress.update(len(batch))
+            run(batch)
     return parts
-

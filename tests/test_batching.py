@@ -1,0 +1,74 @@
+"""Batching: token-budget batches, out-of-memory back-off, reduced precision, order."""
+
+import numpy as np
+import pytest
+import torch
+
+import skbert
+from skbert import BertVectorizer, _loading
+from skbert._encoding import length_sorted_batches
+
+
+def test_batches_respect_batch_size_and_token_budget():
+    lengths = np.array([5, 300, 20, 512, 7, 512, 100, 3])
+    batches = length_sorted_batches(lengths, batch_size=3, max_tokens=1024)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) <= 3 and len(batch) * lengths[batch].max() <= 1024
+    assert [lengths[b].tolist() for b in batches][0] == [512, 512]  # longest first
+
+
+def test_a_window_longer_than_the_budget_still_runs_alone():
+    assert [b.tolist() for b in length_sorted_batches(np.array([50, 10]), 8, max_tokens=20)] \
+        == [[0], [1]]
+
+
+@pytest.fixture
+def private(tiny_model_dir):
+    vectorizer = BertVectorizer(tiny_model_dir, cache=False).fit()
+    vectorizer.model_, _ = _loading.from_pretrained(tiny_model_dir, None, "float32")
+    return vectorizer
+
+
+def test_out_of_memory_batches_are_split_and_retried(private, texts):
+    expected = private.transform(texts)
+    seen = []
+    original = private.model_.forward
+
+    def forward(*args, **kwargs):
+        rows = kwargs["input_ids"].shape[0]
+        seen.append(rows)
+        if rows > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return original(*args, **kwargs)
+
+    private.model_.forward = forward
+    with pytest.warns(RuntimeWarning, match="Out of GPU memory on a batch of 8 windows"):
+        got = private.transform(texts)
+    np.testing.assert_allclose(got, expected, atol=1e-5)  # no row lost, duplicated or moved
+    assert seen[0] == 8 and max(seen[1:]) <= 8 and sum(r for r in seen if r <= 2) == len(texts)
+
+
+def test_out_of_memory_on_a_single_window_is_raised(private):
+    def forward(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+
+    private.model_.forward = forward
+    with pytest.raises(torch.cuda.OutOfMemoryError), pytest.warns(RuntimeWarning):
+        private.transform(["the cat", "a dog"])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_reduced_precision_is_close_to_float32(tiny_model_dir, texts, dtype):
+    skbert.clear_cache()
+    full = BertVectorizer(tiny_model_dir, norm="l2").fit().transform(texts)
+    low = BertVectorizer(tiny_model_dir, norm="l2", dtype=dtype).fit().transform(texts)
+    assert low.dtype == np.float32
+    assert np.min(np.sum(full * low, axis=1)) > 0.99  # cosine of each row with its fp32 twin
+
+
+def test_vector_does_not_depend_on_batch_mates(tiny_model_dir, texts):
+    vectorizer = BertVectorizer(tiny_model_dir, cache=False, pooling="max").fit()
+    alone = np.vstack([vectorizer.transform([text]) for text in texts])
+    mixed = vectorizer.transform(texts * 3)[: len(texts)]
+    np.testing.assert_allclose(mixed, alone, atol=1e-5)
