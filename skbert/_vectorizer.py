@@ -95,7 +95,12 @@ default="mean"
         is stored for the usual choices (the last k layers, first + last);
         another such combination costs one more forward pass on first use.
     persist_weights : bool, default=True
-        Whether pickles carry the weights and tokenizer (self-contained).
+        Whether pickles carry the weights and tokenizer (self-contained, loads
+        anywhere offline). ``False`` pickles only a reference, well under 1 MB:
+        the model id or path, the resolved hub revision and a fingerprint of
+        the weights; unpickling loads the weights from there again (once per
+        process) and raises an error if they no longer match the fingerprint.
+        That is what to ship to cluster workers that have the model.
     revision : str or None, default=None
         Hub revision (branch, tag or commit) to pin.
     verbose : bool or int, default=False
@@ -335,11 +340,30 @@ default="mean"
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__
         if "model_" in state:
             model, tokenizer = state.pop("model_"), state.pop("tokenizer_")
-            state["_files"] = _persistence.dump_model(model, tokenizer)
+            if self.persist_weights:
+                state["_files"] = _persistence.dump_model(model, tokenizer)
+            else:  # a reference: where the weights are, which revision, and their fingerprint
+                state["_revision"] = getattr(model.config, "_commit_hash", None) or self.revision
         return state
 
     def __setstate__(self, state):
         files = state.pop("_files", None)
+        revision = state.pop("_revision", state.get("revision"))
         super().__setstate__(state)
         if files is not None:
             self.model_, self.tokenizer_ = _persistence.load_model(files, self.dtype)
+        elif "_fingerprint" in state:
+            self._load_reference(revision)
+
+    def _load_reference(self, revision):
+        """Find the weights of a ``persist_weights=False`` pickle again, and check them."""
+        device = _loading.resolve_device(self.device)
+        loaded = _loading.load(os.fspath(self.model), revision, self.dtype, device)
+        if loaded.fingerprint != self._fingerprint:
+            raise ValueError(
+                f"The weights of {os.fspath(self.model)!r} (revision={revision!r}) changed since "
+                f"this BertVectorizer was pickled with persist_weights=False: expected weights "
+                f"fingerprint {self._fingerprint}, found {loaded.fingerprint}. Refit it on the "
+                "current weights, or pickle with persist_weights=True to carry the weights."
+            )
+        self.model_, self.tokenizer_ = loaded.model, loaded.tokenizer

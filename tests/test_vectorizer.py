@@ -270,3 +270,33 @@ def test_column_transformer_on_a_text_column(fitted, labelled):
     out = columns.fit_transform(frame)
     assert out.shape == (len(X), 33)
     np.testing.assert_allclose(out[:, :32], fitted.transform(X), atol=1e-6)
+
+
+def test_reference_pickle_is_small_and_reloads(tiny_model_dir, texts):
+    vectorizer = BertVectorizer(tiny_model_dir, persist_weights=False, pooling="cls").fit()
+    payload = pickle.dumps(vectorizer)
+    assert len(payload) < 20_000 < len(pickle.dumps(clone(vectorizer).set_params(
+        persist_weights=True).fit()))
+    reloaded = pickle.loads(payload)
+    np.testing.assert_array_equal(reloaded.transform(texts), vectorizer.transform(texts))
+
+
+def test_reference_pickle_detects_changed_weights(tiny_model_dir, texts, tmp_path):
+    import torch
+    from transformers import AutoModel
+
+    from skbert import _loading
+
+    private_copy = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, private_copy)
+    payload = pickle.dumps(BertVectorizer(str(private_copy), persist_weights=False).fit())
+    model = AutoModel.from_pretrained(private_copy)
+    with torch.no_grad():
+        model.encoder.layer[0].output.dense.weight.mul_(1.5)
+    model.save_pretrained(private_copy)
+    _loading._shared.clear()
+    _loading._recent.clear()
+    with pytest.raises(ValueError, match=r"The weights of .*model' \(revision=None\) changed since "
+                                         r"this BertVectorizer was pickled with "
+                                         r"persist_weights=False: expected weights fingerprint"):
+        pickle.loads(payload)
