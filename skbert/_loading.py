@@ -7,6 +7,7 @@ torch and transformers are imported inside the functions that need them, so
 """
 
 import collections
+import contextlib
 import hashlib
 import os
 import threading
@@ -72,6 +73,20 @@ def weights_fingerprint(model):
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """Hide transformers' own progress bars (loading, saving) for the duration."""
+    from transformers.utils import logging
+
+    enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            logging.enable_progress_bar()
+
+
 def from_pretrained(source, revision, dtype):
     """Load a model (eval mode, on the CPU) and its tokenizer, with one clear error."""
     from transformers import AutoModel, AutoTokenizer
@@ -82,8 +97,9 @@ def from_pretrained(source, revision, dtype):
     if not is_dir and bad_path:
         raise FileNotFoundError(f"Model directory {source!r} does not exist.")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
-        model = AutoModel.from_pretrained(source, revision=revision, dtype=torch_dtype(dtype))
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+            model = AutoModel.from_pretrained(source, revision=revision, dtype=torch_dtype(dtype))
     except OSError as exc:
         where = (f"model directory {source!r}" if is_dir
                  else f"model {source!r} (revision={revision!r})")

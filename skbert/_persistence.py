@@ -14,7 +14,8 @@ from skbert import _loading
 
 def dump_model(model, tokenizer):
     """``{relative file name: bytes}`` of the model (safetensors) and its tokenizer."""
-    with tempfile.TemporaryDirectory(prefix="skbert-") as directory:
+    with tempfile.TemporaryDirectory(prefix="skbert-") as directory, \
+            _loading.quiet_transformers():
         model.save_pretrained(directory, safe_serialization=True)
         tokenizer.save_pretrained(directory)
         root = Path(directory)

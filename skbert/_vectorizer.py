@@ -352,6 +352,8 @@ default="mean"
         super().__setstate__(state)
         if files is not None:
             self.model_, self.tokenizer_ = _persistence.load_model(files, self.dtype)
+            # Recomputed rather than trusted: cache keys must describe the weights in hand.
+            self._fingerprint = _loading.weights_fingerprint(self.model_)
         elif "_fingerprint" in state:
             self._load_reference(revision)
 

@@ -36,7 +36,7 @@ def read_shared_tsv(path):
 
 
 def test_public_names():
-    assert sorted(skbert.datasets.__all__) == ["load_stsb", "load_trec"]
+    assert sorted(skbert.datasets.__all__) == ["load_beir", "load_stsb", "load_trec"]
 
 
 def test_import_does_not_import_torch():
