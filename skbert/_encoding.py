@@ -8,6 +8,7 @@ and results are written back in input order.
 """
 
 import functools
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -53,8 +54,30 @@ def tokenize(tokenizer, texts, max_length, truncation="head", stride=0):
     overlapping by ``stride`` tokens, both with the tokenizer's own truncation
     and overflow; "tail" keeps the last tokens and "head_tail" a quarter of the
     text budget from the head and the rest from the tail. Text pairs are
-    always truncated "head"-style, longest sequence first.
+    always truncated "head"-style, longest sequence first. Lone surrogates,
+    which no tokenizer can encode, are replaced by U+FFFD first.
     """
+    texts = [tuple(map(_encodable, text)) if isinstance(text, tuple) else _encodable(text)
+             for text in texts]
+    with _TOKENIZER_LOCK:
+        return _tokenize(tokenizer, texts, max_length, truncation, stride)
+
+
+# Fast tokenizers reconfigure their Rust core (truncation, padding) on every call, which
+# fails ("Already borrowed") when two threads call one tokenizer at once.
+_TOKENIZER_LOCK = threading.Lock()
+
+
+def _encodable(text):
+    """``text`` with lone surrogates (not valid Unicode, unencodable) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def _tokenize(tokenizer, texts, max_length, truncation, stride):
     common = dict(max_length=max_length, return_special_tokens_mask=True,
                   return_attention_mask=False, verbose=False)
     if texts and isinstance(texts[0], tuple):

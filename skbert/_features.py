@@ -115,19 +115,32 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, ke
 
     masks = {True: attention_mask.bool()}
     masks[False] = masks[True] & ~special_mask.bool()
+    floats, sums = {}, {}
+
+    def layer(index):  # each layer cast to float32 once per batch
+        if index not in floats:
+            floats[index] = hidden_states[index].float()
+        return floats[index]
+
+    def layer_sum(layers):  # sums of layer runs, reusing the run one layer shorter
+        if layers not in sums:
+            sums[layers] = layer(layers[0]) if len(layers) == 1 else (
+                layer_sum(layers[1:]) + layer(layers[0]))
+        return sums[layers]
+
     parts = {}
-    for key in keys:
+    for key in sorted(keys, key=lambda key: len(key[1]) if key[0] == "max_of_mean" else 0):
         kind = key[0]
         if kind == "pooler":
             parts[key] = pooler_output.float()
         elif kind == "count":
             parts[key] = pooling.token_counts(masks[key[1]])
         elif kind == "max_of_mean":
-            merged = pooling.combine_layers([hidden_states[layer] for layer in key[1]], "mean")
+            merged = layer_sum(key[1]) / len(key[1])
             parts[key] = pooling.max_pooling(merged, masks[key[2]])
         else:
             mask = masks[key[2]] if len(key) == 3 else masks[True]
-            parts[key] = pooling.POOLINGS[kind](hidden_states[key[1]], mask)
+            parts[key] = pooling.POOLINGS[kind](layer(key[1]), mask)
     return parts
 
 

@@ -96,11 +96,13 @@ def from_pretrained(source, revision, dtype):
     bad_path = os.path.isabs(source) or source.startswith((".", "~")) or source.count("/") > 1
     if not is_dir and bad_path:
         raise FileNotFoundError(f"Model directory {source!r} does not exist.")
+    from safetensors import SafetensorError
+
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
             model = AutoModel.from_pretrained(source, revision=revision, dtype=torch_dtype(dtype))
-    except OSError as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # missing, offline, corrupt
         where = (f"model directory {source!r}" if is_dir
                  else f"model {source!r} (revision={revision!r})")
         raise OSError(f"Could not load the {where}: {exc}") from exc
