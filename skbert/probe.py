@@ -51,7 +51,7 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "ma
     report : pandas.DataFrame
         Mean CV score, one row per layer and one column per pooling.
         ``report.attrs["std"]`` holds the standard deviations in the same
-        shape and ``report.attrs["scoring"]`` the scoring used.
+        shape and ``report.attrs["scoring"]`` the ``scoring`` argument.
 
     Examples
     --------
@@ -87,7 +87,7 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "ma
         scores = cross_val_score(clone(estimator), features, y, cv=cv, scoring=scoring,
                                  n_jobs=n_jobs)
         means.loc[row, pooling], stds.loc[row, pooling] = scores.mean(), scores.std()
-    means.attrs.update(std=stds, scoring=scoring or "default score of the estimator")
+    means.attrs.update(std=stds, scoring=scoring)
     return means
 
 
@@ -117,7 +117,8 @@ def plot_layer_report(report, ax=None, *, cmap="viridis"):
     if ax is None:
         _, ax = plt.subplots(figsize=(1.4 * values.shape[1] + 2.5, 0.45 * values.shape[0] + 1.8))
     image = ax.imshow(values, cmap=cmap, aspect="auto")
-    ax.figure.colorbar(image, ax=ax, label=report.attrs.get("scoring", "score"))
+    scoring = report.attrs.get("scoring")
+    ax.figure.colorbar(image, ax=ax, label=f"mean CV {scoring or 'score'}")
     ax.set_xticks(range(values.shape[1]), [str(c) for c in report.columns])
     ax.set_yticks(range(values.shape[0]), [str(i) for i in report.index])
     ax.set_xlabel(report.columns.name or "pooling")
