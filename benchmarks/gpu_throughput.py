@@ -81,8 +81,8 @@ def main():
             st_model = SentenceTransformer(modules=[word, models.Pooling(768, "mean")],
                                            device="cuda")
             runners = {
-                "skbert": lambda: vectorizer.transform(texts),
-                "sentence-transformers": lambda: st_model.encode(
+                "skbert": lambda v=vectorizer: v.transform(texts),
+                "sentence-transformers": lambda m=st_model: m.encode(
                     texts, batch_size=args.batch_size, convert_to_numpy=True),
             }
             for run in runners.values():

@@ -7,6 +7,7 @@ transformers; they load when a model does.
 """
 
 from skbert._cache import clear_cache, set_cache_limit
+from skbert._finetune import BertClassifier, BertRegressor
 from skbert._search import PairSimilarity, SimilaritySearch
 from skbert._vectorizer import BertVectorizer
 
