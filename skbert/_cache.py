@@ -201,3 +201,14 @@ def cached_parts(store, keys, needed, wanted, compute):
             store.put(key, record)
             records[key] = record
     return {part: np.stack([records[key][part] for key in keys]) for part in needed}
+
+
+def deduplicated_parts(keys, needed, compute):
+    """Parts for every window without a store: each distinct key is computed once."""
+    first_index = {}
+    inverse = np.fromiter((first_index.setdefault(key, len(first_index)) for key in keys),
+                          dtype=np.int64, count=len(keys))
+    if len(first_index) == len(keys):
+        return compute(np.arange(len(keys)), needed)
+    firsts = np.unique(inverse, return_index=True)[1]
+    return {part: values[inverse] for part, values in compute(firsts, needed).items()}

@@ -261,8 +261,8 @@ default="mean"
                                      self.batch_size, progress)
 
         keys = _cache.window_keys(windows, self._fingerprint, self.dtype)
-        if self.cache is False:  # a store for this call only: duplicates are still encoded once
-            return _cache.cached_parts(_cache.MemoryStore(np.inf), keys, needed, needed, compute)
+        if self.cache is False:
+            return _cache.deduplicated_parts(keys, needed, compute)
         store = _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
         has_pooler = getattr(model, "pooler", None) is not None
         wanted = needed | parts_for_cache(self.n_layers_, has_pooler)
