@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 FORMAT = b"skbert-cache-v1"
+_CHUNK_WINDOWS = 1024
 _DIGEST_SIZE = 32
 
 
@@ -193,9 +194,12 @@ def cached_parts(store, keys, needed, wanted, compute):
     records = {key: store.get(key) for key in first_index}
     missing = [key for key, record in records.items()
                if record is None or not needed.issubset(record)]
-    if missing:
-        computed = compute(np.array([first_index[key] for key in missing]), wanted)
-        for row, key in enumerate(missing):
+    # Misses go through the encoder in chunks, so that a large corpus never holds every
+    # window's full set of parts twice (as computed arrays and as records) at once.
+    for start in range(0, len(missing), _CHUNK_WINDOWS):
+        chunk = missing[start:start + _CHUNK_WINDOWS]
+        computed = compute(np.array([first_index[key] for key in chunk]), wanted)
+        for row, key in enumerate(chunk):
             record = {**(records[key] or {}),
                       **{part: values[row].copy() for part, values in computed.items()}}
             store.put(key, record)
