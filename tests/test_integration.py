@@ -76,7 +76,9 @@ def test_joblib_round_trip_in_a_new_process_without_the_model_files(minilm_dir, 
 
     model_copy = tmp_path / "minilm"
     shutil.copytree(minilm_dir, model_copy)
-    vectorizer = BertVectorizer(str(model_copy), pooling="cls", layer=-2, norm="l2").fit()
+    # cache=False: both processes compute afresh, in the same batches, so bits must agree.
+    vectorizer = BertVectorizer(str(model_copy), pooling="cls", layer=-2, norm="l2",
+                                cache=False).fit()
     np.save(tmp_path / "expected.npy", vectorizer.transform(SENTENCES))
     joblib.dump(vectorizer, tmp_path / "vectorizer.joblib")
     shutil.rmtree(model_copy)
