@@ -14,6 +14,8 @@ from skbert._vectorizer import BertVectorizer
 __version__ = "0.1.0"
 
 __all__ = [
+    "BertClassifier",
+    "BertRegressor",
     "BertVectorizer",
     "PairSimilarity",
     "SimilaritySearch",
