@@ -53,6 +53,7 @@ searching = time.perf_counter() - start
 
 results = pd.DataFrame(search.cv_results_["params"])
 results["accuracy"] = search.cv_results_["mean_test_score"]
+results["bert__norm"] = results["bert__norm"].fillna("none")
 results[["bert__layer", "bert__norm"]] = results[["bert__layer", "bert__norm"]].astype(str)
 table = results.pivot_table(index=["bert__layer", "bert__norm"], columns="bert__pooling",
                             values="accuracy", dropna=False)
