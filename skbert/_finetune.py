@@ -4,9 +4,10 @@ The head reads one pooled vector per text (the same ``layer`` and ``pooling``
 as :class:`skbert.BertVectorizer`) through dropout and one linear layer.
 ``freeze`` decides how much of the encoder trains with it, from nothing
 (``"all"``: a frozen feature extractor, encoded once) to everything (``None``).
-The encoder is always a private copy, so a model shared with other estimators
-of the process is never modified. After ``fit`` the head is kept as numpy
-arrays (``coef_``, ``intercept_``) on top of :meth:`transform`'s features.
+Training writes only to a private copy of the encoder, so a model shared with
+other estimators of the process is never modified. After ``fit`` the head is
+kept as numpy arrays (``coef_``, ``intercept_``) on top of :meth:`transform`'s
+features, and pickles carry the tuned encoder's weights.
 """
 
 import copy
