@@ -25,10 +25,6 @@ class LoadedModel:
     tokenizer: object
     fingerprint: str
 
-    @property
-    def device(self):
-        return next(self.model.parameters()).device
-
 
 # Alive models by (model, revision, dtype, device); the deque keeps the most recent
 # ones alive between GridSearchCV candidates, whose fitted clones are dropped.
