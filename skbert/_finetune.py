@@ -7,7 +7,9 @@ as :class:`skbert.BertVectorizer`) through dropout and one linear layer.
 Training writes only to a private copy of the encoder, so a model shared with
 other estimators of the process is never modified. After ``fit`` the head is
 kept as numpy arrays (``coef_``, ``intercept_``) on top of :meth:`transform`'s
-features, and pickles carry the tuned encoder's weights.
+features, and pickles carry the tuned encoder's weights. The training loop
+itself (freezing, optimizer, batches, epochs, early stopping) is in
+:mod:`skbert._training`.
 """
 
 import copy
@@ -23,39 +25,32 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from skbert import _loading, _persistence
+from skbert import _loading, _persistence, _training
+from skbert._base import EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
-from skbert._encoding import _model_inputs, forward_parts, text_budget, tokenize
+from skbert._encoding import _model_inputs, forward_parts, tokenize
 from skbert._features import Extraction, assemble, n_features, parts_needed
 from skbert._validation import check_texts
-from skbert._vectorizer import POOLING_NAMES
 
 
-class _BaseFinetuner(BaseEstimator):
-    """Parameters, training loop, features and persistence shared by both estimators."""
+class _BaseFinetuner(EncoderMixin, BaseEstimator):
+    """Parameters, features and persistence shared by both estimators, around the training loop."""
 
     _parameter_constraints: dict = {
-        "model": [str, os.PathLike],
+        **EncoderMixin._parameter_constraints,
         "layer": [Integral],
-        "pooling": [StrOptions(set(POOLING_NAMES))],
         "freeze": [None, StrOptions({"embeddings", "all"}), Interval(Integral, 0, None,
                                                                       closed="left")],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "head_learning_rate": [Interval(Real, 0, None, closed="neither")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "warmup_ratio": [Interval(Real, 0, 1, closed="both")],
-        "max_length": [Interval(Integral, 2, None, closed="left"), None],
         "truncation": [StrOptions({"head", "tail", "head_tail"})],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
-        "device": [str],
-        "dtype": [StrOptions(set(_loading.DTYPES))],
-        "revision": [str, None],
-        "verbose": ["verbose"],
     }
 
     def __init__(
@@ -109,12 +104,12 @@ class _BaseFinetuner(BaseEstimator):
         Returns the head's ``(weight, bias)`` as float64 arrays.
         """
         import torch
-        from tqdm.auto import tqdm
 
         device = _loading.resolve_device(self.device)
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        model = self._load_encoder(device)
-        extraction, frozen = self._extraction(), self._frozen_modules(model)
+        encoder = self._load_encoder(device)
+        extraction = self._extraction()
+        frozen = _training.frozen_modules(encoder, self.freeze, os.fspath(self.model))
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation)
         train, valid = np.arange(len(texts)), None
         if self.early_stopping:
@@ -124,77 +119,50 @@ class _BaseFinetuner(BaseEstimator):
         # With the whole encoder frozen, encode once and train the head on the features.
         features = None
         if self.freeze == "all":
-            features = torch.from_numpy(self._encode(model, windows, device)).to(device)
+            features = torch.from_numpy(self._encode(encoder, windows, device)).to(device)
 
-        def head_input(rows):
-            if features is not None:
-                return features[rows]
-            inputs, _ = _model_inputs(self.tokenizer_, windows, rows, device)
-            return _pooled(model, inputs, extraction)
+        def batch_loss(head, rows):
+            with _training.autocast(device, self.dtype):
+                if features is not None:
+                    head_input = features[rows]
+                else:
+                    inputs, _ = _model_inputs(self.tokenizer_, windows, rows, device)
+                    head_input = _training.pooled(encoder, inputs, extraction)
+                outputs = head(head_input.float())
+            return loss(outputs.float(), targets[rows])
 
         def validation_score(head):
             valid_features = (features[valid].cpu().numpy() if features is not None
-                              else self._encode(model, windows.subset(valid), device))
-            weight, bias = _arrays(head)
+                              else self._encode(encoder, windows.subset(valid), device))
+            weight, bias = _training.head_arrays(head)
             outputs = valid_features.astype(np.float64) @ weight.T + bias
             return self._score_outputs(outputs, targets[valid].cpu().numpy())
 
-        n_batches = -(-len(train) // self.batch_size)
-        cuda = [] if device.type != "cuda" else [
-            torch.cuda.current_device() if device.index is None else device.index]
-        with torch.random.fork_rng(devices=cuda):  # seeded dropout, global state left alone
-            torch.manual_seed(seed)
-            head = torch.nn.Sequential(
-                torch.nn.Dropout(model.config.hidden_dropout_prob),
-                torch.nn.Linear(n_features(extraction, model.config.hidden_size), n_outputs),
-            ).to(device)
-            torch.nn.init.normal_(head[1].weight, std=model.config.initializer_range)
-            torch.nn.init.zeros_(head[1].bias)
-            trainable = self._unfreeze(model, frozen)
-            step = self._optimizer_step(list(trainable.values()), list(head.parameters()),
-                                        n_batches * self.max_epochs, device)
-            rng = np.random.RandomState(seed)
-            self.loss_curve_, self.best_validation_score_ = [], None
-            self.validation_scores_ = [] if self.early_stopping else None
-            best, n_worse = None, 0
-            for epoch in range(self.max_epochs):
-                model.train(self.freeze != "all")
-                for module in frozen:
-                    module.eval()  # a frozen part is a fixed function: no dropout either
-                head.train()
-                lengths = None if features is not None else windows.lengths
-                total, seen = 0.0, 0
-                with tqdm(total=n_batches, desc=f"epoch {epoch + 1}/{self.max_epochs}",
-                          unit="batch", disable=not self.verbose) as progress:
-                    for rows in _shuffled_batches(train, lengths, self.batch_size, rng):
-                        with _autocast(device, self.dtype):
-                            outputs = head(head_input(rows).float())
-                        total += step(loss(outputs.float(), targets[rows])) * len(rows)
-                        seen += len(rows)
-                        progress.update(1)
-                        progress.set_postfix(loss=f"{total / seen:.4f}")
-                    self.loss_curve_.append(total / len(train))
-                    if not self.early_stopping:
-                        continue
-                    head.eval()
-                    score = validation_score(head)
-                    self.validation_scores_.append(score)
-                    progress.set_postfix(loss=f"{self.loss_curve_[-1]:.4f}",
-                                         validation_score=f"{score:.4f}")
-                if best is None or score > self.best_validation_score_:
-                    self.best_validation_score_, n_worse = score, 0
-                    best = {name: tensor.detach().clone() for name, tensor
-                            in [*trainable.items(), *head.state_dict().items()]}
-                elif (n_worse := n_worse + 1) >= self.n_iter_no_change:
-                    break
-            self.n_iter_ = len(self.loss_curve_)
-            if best is not None:  # back to the epoch with the best validation score
-                with torch.no_grad():
-                    for name, parameter in trainable.items():
-                        parameter.copy_(best[name])
-                head.load_state_dict({name: best[name] for name in head.state_dict()})
-        model.eval()
-        return _arrays(head)
+        early_stopping = None
+        if self.early_stopping:
+            early_stopping = _training.EarlyStopping(validation_score, self.n_iter_no_change)
+        n_inputs = n_features(extraction, encoder.config.hidden_size)
+        with _training.seeded(seed, device):  # seeded dropout, global state left alone
+            head = _training.linear_head(encoder.config, n_inputs, n_outputs, device)
+            network = _training.Network(encoder, head, frozen, _training.unfreeze(encoder, frozen))
+            step = _training.optimizer_step(
+                network, self.max_epochs * -(-len(train) // self.batch_size),
+                learning_rate=self.learning_rate, head_learning_rate=self.head_learning_rate,
+                weight_decay=self.weight_decay, warmup_ratio=self.warmup_ratio, device=device,
+                dtype=self.dtype)
+            self.loss_curve_ = _training.train(
+                network, batch_loss, step, train,
+                lengths=None if features is not None else windows.lengths,
+                batch_size=self.batch_size, max_epochs=self.max_epochs,
+                rng=np.random.RandomState(seed), early_stopping=early_stopping,
+                verbose=self.verbose)
+        encoder.eval()
+        self.n_iter_ = len(self.loss_curve_)
+        self.validation_scores_ = self.best_validation_score_ = None
+        if early_stopping is not None:
+            self.validation_scores_ = early_stopping.scores
+            self.best_validation_score_ = early_stopping.best_score
+        return _training.head_arrays(head)
 
     def _load_encoder(self, device):
         """Set ``model_`` (float32 weights) and ``tokenizer_``; return ``model_``.
@@ -209,48 +177,11 @@ class _BaseFinetuner(BaseEstimator):
         self.n_layers_ = model.config.num_hidden_layers + 1
         return model
 
-    def _unfreeze(self, model, frozen):
-        """``{name: parameter}`` that train, with ``requires_grad`` set on the private copy."""
-        if self.freeze == "all":
-            return {}
-        model.requires_grad_(True)
-        for module in frozen:
-            module.requires_grad_(False)
-        return {name: parameter for name, parameter in model.named_parameters()
-                if parameter.requires_grad}
-
-    def _optimizer_step(self, encoder, head, n_steps, device):
-        """A function that takes one AdamW step on a loss and returns the loss as a float."""
-        import torch
-        from transformers import get_linear_schedule_with_warmup
-
-        # Biases and LayerNorm weights are not decayed, as in BERT's recipe.
-        groups = [{"params": [p for p in parameters if (p.ndim >= 2) == decay], "lr": rate,
-                   "weight_decay": self.weight_decay if decay else 0.0}
-                  for parameters, rate in [(encoder, self.learning_rate),
-                                            (head, self.head_learning_rate)]
-                  for decay in (True, False)]
-        optimizer = torch.optim.AdamW([group for group in groups if group["params"]])
-        scheduler = get_linear_schedule_with_warmup(
-            optimizer, round(self.warmup_ratio * n_steps), n_steps)
-        scaler = torch.amp.GradScaler(
-            device.type, enabled=self.dtype == "float16" and device.type == "cuda")
-
-        def step(loss):
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            return loss.item()
-
-        return step
-
     def _encode(self, model, windows, device):
         """The head's input for ``windows``: pooled features, float32 numpy, in order."""
         model.eval()
         extraction = self._extraction()
-        with _autocast(device, self.dtype):
+        with _training.autocast(device, self.dtype):
             parts = forward_parts(model, self.tokenizer_, windows, parts_needed(extraction),
                                   self.batch_size)
         return assemble(parts, extraction)
@@ -283,81 +214,11 @@ class _BaseFinetuner(BaseEstimator):
     def _linear_outputs(self, X):
         return self.transform(X).astype(np.float64) @ self.coef_.T + self.intercept_
 
-    def _model_on(self, device):
-        """``model_`` on ``device``: a copy when the device changed (``model_`` may be shared)."""
-        if next(self.model_.parameters()).device != device:
-            self.model_ = copy.deepcopy(self.model_).to(device)
-        return self.model_
-
     def _extraction(self):
         """The head's input as an :class:`Extraction`, checked against the model."""
         n_states = self.n_layers_
-        if not -n_states <= self.layer < n_states:
-            raise ValueError(
-                f"layer={self.layer!r} is out of range for {os.fspath(self.model)!r}, which has "
-                f"{n_states} hidden states: use an index from {-n_states} to {n_states - 1} "
-                "(0 is the embedding output)."
-            )
-        layer = int(self.layer) % n_states
-        if self.pooling == "pooler":
-            if getattr(self.model_, "pooler", None) is None:
-                raise ValueError(
-                    f"pooling='pooler' needs a model with a pooler layer; "
-                    f"{os.fspath(self.model)!r} has none. Use 'cls' for its [CLS] vector."
-                )
-            if layer != n_states - 1:
-                raise ValueError(f"pooling='pooler' reads the last layer only, got "
-                                 f"layer={self.layer!r}; use layer=-1.")
-        return Extraction((layer,), "mean", self.pooling, True)
-
-    def _frozen_modules(self, model):
-        """The modules that ``freeze`` names: embeddings and the bottom k layers, or all."""
-        import torch
-
-        if self.freeze is None:
-            return []
-        if self.freeze == "all":
-            return [model]
-        n_layers = model.config.num_hidden_layers
-        n_frozen = 0 if self.freeze == "embeddings" else self.freeze
-        layers = next((module for module in model.modules()
-                       if isinstance(module, torch.nn.ModuleList) and len(module) == n_layers),
-                      None)
-        embeddings = getattr(model, "embeddings", None)
-        if layers is None or embeddings is None:
-            raise ValueError(
-                f"freeze={self.freeze!r} needs the embeddings and the list of layers of the "
-                f"model, and {type(model).__name__} does not expose them as BERT does; "
-                "use freeze=None or 'all'."
-            )
-        if n_frozen > n_layers:
-            raise ValueError(
-                f"freeze={self.freeze!r} exceeds the {n_layers} layers of "
-                f"{os.fspath(self.model)!r}: use None, 'embeddings', an int from 0 to "
-                f"{n_layers} or 'all'."
-            )
-        return [embeddings, *layers[:n_frozen]]
-
-    def _window_length(self):
-        """Tokens per text: ``max_length``, checked against the model's limit."""
-        limit = int(min(self.tokenizer_.model_max_length,
-                        getattr(self.model_.config, "max_position_embeddings", np.inf)))
-        max_length = limit if self.max_length is None else self.max_length
-        if max_length > limit:
-            raise ValueError(
-                f"max_length={self.max_length!r} exceeds the model's limit of {limit} tokens."
-            )
-        budget = text_budget(self.tokenizer_, max_length)
-        if budget < 1:
-            raise ValueError(f"max_length={max_length!r} leaves no room for text next to the "
-                             f"special tokens: use at least {max_length - budget + 1}.")
-        return max_length
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.string = True
-        tags.input_tags.two_d_array = False
-        return tags
+        accepted = f"use an index from {-n_states} to {n_states - 1} (0 is the embedding output)"
+        return Extraction(self._checked_layers([self.layer], accepted), "mean", self.pooling, True)
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__
@@ -371,51 +232,6 @@ class _BaseFinetuner(BaseEstimator):
         super().__setstate__(state)
         if files is not None:
             self.model_, self.tokenizer_ = _persistence.load_model(files, "float32")
-
-
-def _pooled(model, inputs, extraction):
-    """The head's input for one batch, differentiable (the training twin of ``_encode``)."""
-    from skbert import pooling
-
-    (layer,) = extraction.layers
-    last = model.config.num_hidden_layers
-    outputs = model(**inputs, output_hidden_states=layer != last)
-    if extraction.pooling == "pooler":
-        return outputs.pooler_output
-    hidden = outputs.last_hidden_state if layer == last else outputs.hidden_states[layer]
-    return pooling.POOLINGS[extraction.pooling](hidden, inputs["attention_mask"])
-
-
-def _shuffled_batches(indices, lengths, batch_size, rng, group=8):
-    """Random batches of ``indices``; with ``lengths``, batches of similar lengths.
-
-    Shuffled indices are cut into groups of ``group`` batches and sorted by
-    length within each group, so batches pad less (about 1.15 times the real
-    tokens instead of 1.75 on TREC questions) and still mix the data set; the
-    order of the batches is then shuffled.
-    """
-    order = rng.permutation(indices)
-    if lengths is None:
-        return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-    batches = []
-    for start in range(0, len(order), group * batch_size):
-        members = order[start:start + group * batch_size]
-        members = members[np.argsort(-lengths[members], kind="stable")]
-        batches += [members[i:i + batch_size] for i in range(0, len(members), batch_size)]
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def _arrays(head):
-    linear = head[1]
-    return (linear.weight.detach().cpu().double().numpy(),
-            linear.bias.detach().cpu().double().numpy())
-
-
-def _autocast(device, dtype):
-    import torch
-
-    return torch.autocast(device.type, dtype=_loading.torch_dtype(dtype),
-                          enabled=dtype != "float32")
 
 
 def _check_samples(texts, y, estimator):

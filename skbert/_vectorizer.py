@@ -1,6 +1,5 @@
 """BertVectorizer: texts -> fixed-size BERT features, with extraction choices as hyperparameters."""
 
-import copy
 import os
 from numbers import Integral
 
@@ -10,6 +9,7 @@ from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
 from skbert import _cache, _loading, _persistence
+from skbert._base import EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import forward_parts, text_budget, tokenize
 from skbert._features import (
@@ -22,10 +22,9 @@ from skbert._features import (
 )
 from skbert._validation import check_texts
 
-POOLING_NAMES = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
 
-
-class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderMixin,
+                     BaseEstimator):
     """Turn texts into fixed-size features with a BERT-family encoder.
 
     Which hidden layer, how tokens are pooled and how rows are normalized are
@@ -135,23 +134,16 @@ default="mean"
     """
 
     _parameter_constraints: dict = {
-        "model": [str, os.PathLike],
+        **EncoderMixin._parameter_constraints,
         "layer": [Integral, list, tuple, StrOptions({"all"})],
         "layer_combine": [StrOptions({"mean", "sum", "concat"})],
-        "pooling": [StrOptions(set(POOLING_NAMES))],
         "include_special_tokens": ["boolean"],
         "norm": [StrOptions({"l1", "l2", "max"}), None],
-        "max_length": [Interval(Integral, 2, None, closed="left"), None],
         "truncation": [StrOptions({"head", "tail", "head_tail", "chunks"})],
         "stride": [Interval(Integral, 0, None, closed="left")],
         "chunk_pooling": [StrOptions({"mean", "max", "weighted"})],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "device": [str],
-        "dtype": [StrOptions(set(_loading.DTYPES))],
         "cache": ["boolean", str, os.PathLike],
         "persist_weights": ["boolean"],
-        "revision": [str, None],
-        "verbose": ["verbose"],
     }
 
     def __init__(
@@ -268,12 +260,6 @@ default="mean"
         wanted = needed | parts_for_cache(self.n_layers_, has_pooler)
         return _cache.cached_parts(store, keys, needed, wanted, compute)
 
-    def _model_on(self, device):
-        """``model_`` on ``device``: a copy when the device changed (``model_`` may be shared)."""
-        if next(self.model_.parameters()).device != device:
-            self.model_ = copy.deepcopy(self.model_).to(device)
-        return self.model_
-
     def _extraction(self):
         """The extraction setting, with layers checked against the model."""
         n_states = self.n_layers_
@@ -283,39 +269,13 @@ default="mean"
             f"use indices from {-n_states} to {n_states - 1} (0 is the embedding output), "
             "a list of them, or 'all'"
         )
-        if not layers or not all(isinstance(i, Integral) and -n_states <= i < n_states
-                                 for i in layers):
-            raise ValueError(
-                f"layer={self.layer!r} is out of range for {os.fspath(self.model)!r}, which has "
-                f"{n_states} hidden states: {accepted}."
-            )
-        layers = tuple(int(i) % n_states for i in layers)
-        if self.pooling == "pooler":
-            if getattr(self.model_, "pooler", None) is None:
-                raise ValueError(
-                    f"pooling='pooler' needs a model with a pooler layer; "
-                    f"{os.fspath(self.model)!r} has none. Use 'cls' for its [CLS] vector."
-                )
-            if layers != (n_states - 1,):
-                raise ValueError(
-                    f"pooling='pooler' reads the last layer only, got layer={self.layer!r}; "
-                    "use layer=-1."
-                )
+        layers = self._checked_layers(layers, accepted)
         return Extraction(layers, self.layer_combine, self.pooling, self.include_special_tokens)
 
     def _window_length(self):
-        """Tokens per window: ``max_length``, checked against the model's limit."""
-        limit = min(self.tokenizer_.model_max_length,
-                    getattr(self.model_.config, "max_position_embeddings", np.inf))
-        max_length = int(limit) if self.max_length is None else self.max_length
-        if max_length > limit:
-            raise ValueError(
-                f"max_length={self.max_length!r} exceeds the model's limit of {int(limit)} tokens."
-            )
+        """Tokens per window: ``max_length``, checked against the model's limit and ``stride``."""
+        max_length = super()._window_length()
         budget = text_budget(self.tokenizer_, max_length)
-        if budget < 1:
-            raise ValueError(f"max_length={max_length!r} leaves no room for text next to the "
-                             f"special tokens: use at least {max_length - budget + 1}.")
         if self.truncation == "chunks" and self.stride >= budget:
             raise ValueError(
                 f"stride={self.stride!r} must be smaller than the text tokens of a window "
@@ -330,8 +290,6 @@ default="mean"
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.string = True
-        tags.input_tags.two_d_array = False
         tags.transformer_tags.preserves_dtype = []
         tags.target_tags.required = False
         return tags

@@ -18,7 +18,7 @@ from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.utils import check_random_state, estimator_checks
 
 from skbert import BertClassifier, BertRegressor, BertVectorizer, _loading
-from skbert._finetune import _shuffled_batches
+from skbert._training import shuffled_batches
 from skbert.datasets import load_stsb, load_trec
 
 POSITIVE = ["good movie", "great film", "a great good movie", "good good", "great",
@@ -255,11 +255,11 @@ def test_global_torch_random_state_is_left_alone(classifier, multiclass):
 def test_training_batches_cover_every_text_once_and_pad_less():
     lengths = np.random.default_rng(0).integers(3, 40, size=1000)
     indices = np.arange(100, 1000)
-    batches = _shuffled_batches(indices, lengths, 16, np.random.RandomState(0))
+    batches = shuffled_batches(indices, lengths, 16, np.random.RandomState(0))
     assert len(batches) == -(-len(indices) // 16)
     assert max(map(len, batches)) == 16
     np.testing.assert_array_equal(np.sort(np.concatenate(batches)), indices)
-    plain = _shuffled_batches(indices, None, 16, np.random.RandomState(0))
+    plain = shuffled_batches(indices, None, 16, np.random.RandomState(0))
     padded = [sum(lengths[b].max() * len(b) for b in found) for found in (batches, plain)]
     assert padded[0] < 0.8 * padded[1]
 

@@ -1,0 +1,320 @@
+"""The fine-tuning loop of :class:`skbert.BertClassifier` and :class:`skbert.BertRegressor`.
+
+A linear head (dropout, then one linear layer) reads one pooled vector per
+text (:func:`pooled`). ``freeze`` names the parts of the encoder that do not
+train (:func:`frozen_modules`). :func:`train` runs epochs of shuffled batches
+through the encoder and the head, one AdamW step per batch on a linear warm-up
+and decay schedule (:func:`optimizer_step`); with early stopping it scores the
+head on held-out rows after each epoch and returns to the weights of the best
+epoch (:class:`EarlyStopping`). The loop knows nothing of texts or estimators:
+the caller gives it the loss of a batch of rows and the score of the head on
+the held-out rows.
+"""
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from skbert import _loading
+
+
+def frozen_modules(encoder, freeze, name):
+    """The modules that ``freeze`` names: embeddings and the bottom k layers, or all.
+
+    ``name`` is the model's id or path, for the error message.
+    """
+    import torch
+
+    if freeze is None:
+        return []
+    if freeze == "all":
+        return [encoder]
+    n_layers = encoder.config.num_hidden_layers
+    n_frozen = 0 if freeze == "embeddings" else freeze
+    layers = next((module for module in encoder.modules()
+                   if isinstance(module, torch.nn.ModuleList) and len(module) == n_layers),
+                  None)
+    embeddings = getattr(encoder, "embeddings", None)
+    if layers is None or embeddings is None:
+        raise ValueError(
+            f"freeze={freeze!r} needs the embeddings and the list of layers of the "
+            f"model, and {type(encoder).__name__} does not expose them as BERT does; "
+            "use freeze=None or 'all'."
+        )
+    if n_frozen > n_layers:
+        raise ValueError(
+            f"freeze={freeze!r} exceeds the {n_layers} layers of {name!r}: use None, "
+            f"'embeddings', an int from 0 to {n_layers} or 'all'."
+        )
+    return [embeddings, *layers[:n_frozen]]
+
+
+def _frozen_whole(encoder, frozen):
+    """Whether ``frozen`` is the whole encoder, which may then be shared with other estimators."""
+    return any(module is encoder for module in frozen)
+
+
+def unfreeze(encoder, frozen):
+    """Let every parameter of ``encoder`` train but those of the ``frozen`` modules.
+
+    Returns the parameters that train, ``{name: parameter}``. Sets
+    ``requires_grad``, so ``encoder`` must be a private copy, unless it is
+    frozen whole: then nothing trains and nothing is written.
+    """
+    if _frozen_whole(encoder, frozen):
+        return {}
+    encoder.requires_grad_(True)
+    for module in frozen:
+        module.requires_grad_(False)
+    return {name: parameter for name, parameter in encoder.named_parameters()
+            if parameter.requires_grad}
+
+
+def linear_head(config, n_inputs, n_outputs, device):
+    """Dropout, then a linear layer initialized as BERT initializes its own heads."""
+    import torch
+
+    head = torch.nn.Sequential(
+        torch.nn.Dropout(config.hidden_dropout_prob),
+        torch.nn.Linear(n_inputs, n_outputs),
+    ).to(device)
+    torch.nn.init.normal_(head[1].weight, std=config.initializer_range)
+    torch.nn.init.zeros_(head[1].bias)
+    return head
+
+
+def pooled(encoder, inputs, extraction):
+    """The head's input for one batch of encoder ``inputs``, differentiable.
+
+    The training twin of encoding with :func:`skbert._encoding.forward_parts`
+    and :func:`skbert._features.assemble`, for one layer.
+    """
+    from skbert import pooling
+
+    (layer,) = extraction.layers
+    last = encoder.config.num_hidden_layers
+    outputs = encoder(**inputs, output_hidden_states=layer != last)
+    if extraction.pooling == "pooler":
+        return outputs.pooler_output
+    hidden = outputs.last_hidden_state if layer == last else outputs.hidden_states[layer]
+    return pooling.POOLINGS[extraction.pooling](hidden, inputs["attention_mask"])
+
+
+def head_arrays(head):
+    """The head's linear layer as float64 numpy arrays ``(weight, bias)``."""
+    linear = head[1]
+    return (linear.weight.detach().cpu().double().numpy(),
+            linear.bias.detach().cpu().double().numpy())
+
+
+@dataclass
+class Network:
+    """The encoder and the head on top, with what of the encoder trains.
+
+    ``frozen`` holds the encoder's modules that do not train (the encoder
+    itself when it is frozen whole, possibly shared with other estimators),
+    ``trainable`` the encoder's parameters that do, by name.
+    """
+
+    encoder: object
+    head: object
+    frozen: list
+    trainable: dict
+
+    def train(self):
+        """Training mode, but for the frozen modules: they are a fixed function, no dropout."""
+        # A wholly frozen encoder is never switched to training mode, not even for a moment:
+        # other estimators may be running the same shared model.
+        self.encoder.train(not _frozen_whole(self.encoder, self.frozen))
+        for module in self.frozen:
+            module.eval()
+        self.head.train()
+
+    def weights(self):
+        """A copy of the weights that train, to go back to with :meth:`restore`."""
+        return {name: tensor.detach().clone() for name, tensor
+                in [*self.trainable.items(), *self.head.state_dict().items()]}
+
+    def restore(self, weights):
+        """Copy ``weights`` from :meth:`weights` back into the encoder and the head."""
+        import torch
+
+        with torch.no_grad():
+            for name, parameter in self.trainable.items():
+                parameter.copy_(weights[name])
+        self.head.load_state_dict({name: weights[name] for name in self.head.state_dict()})
+
+
+@contextlib.contextmanager
+def seeded(seed, device):
+    """Seed torch's random state (CPU, and ``device`` if CUDA) for the duration.
+
+    The global state is restored on exit, so that fitting leaves the user's
+    random streams alone.
+    """
+    import torch
+
+    cuda = [] if device.type != "cuda" else [
+        torch.cuda.current_device() if device.index is None else device.index]
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        yield
+
+
+def optimizer_step(network, n_steps, *, learning_rate, head_learning_rate, weight_decay,
+                   warmup_ratio, device, dtype):
+    """A function that takes one AdamW step on a loss and returns the loss as a float.
+
+    The encoder's trainable parameters and the head's have their own peak
+    learning rates, which rise linearly from 0 over ``warmup_ratio`` of the
+    ``n_steps`` steps and then fall linearly to 0 at the last one. float16 on
+    CUDA scales the loss, so that small gradients do not underflow.
+    """
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    rated = [(list(network.trainable.values()), learning_rate),
+             (list(network.head.parameters()), head_learning_rate)]
+    # Biases and LayerNorm weights are not decayed, as in BERT's recipe.
+    groups = [{"params": [p for p in parameters if (p.ndim >= 2) == decay], "lr": rate,
+               "weight_decay": weight_decay if decay else 0.0}
+              for parameters, rate in rated for decay in (True, False)]
+    optimizer = torch.optim.AdamW([group for group in groups if group["params"]])
+    scheduler = get_linear_schedule_with_warmup(optimizer, round(warmup_ratio * n_steps),
+                                                n_steps)
+    scaler = torch.amp.GradScaler(device.type,
+                                  enabled=dtype == "float16" and device.type == "cuda")
+
+    def step(loss):
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        return loss.item()
+
+    return step
+
+
+def autocast(device, dtype):
+    """Mixed precision in ``dtype`` on ``device``; off for float32."""
+    import torch
+
+    return torch.autocast(device.type, dtype=_loading.torch_dtype(dtype),
+                          enabled=dtype != "float32")
+
+
+def shuffled_batches(indices, lengths, batch_size, rng, group=8):
+    """Random batches of ``indices``; with ``lengths``, batches of similar lengths.
+
+    Shuffled indices are cut into groups of ``group`` batches and sorted by
+    length within each group, so batches pad less (about 1.15 times the real
+    tokens instead of 1.75 on TREC questions) and still mix the data set; the
+    order of the batches is then shuffled.
+    """
+    order = rng.permutation(indices)
+    if lengths is None:
+        return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    batches = []
+    for start in range(0, len(order), group * batch_size):
+        members = order[start:start + group * batch_size]
+        members = members[np.argsort(-lengths[members], kind="stable")]
+        batches += [members[i:i + batch_size] for i in range(0, len(members), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def run_epoch(head, batches, batch_loss, step, progress):
+    """One optimizer step per batch; returns the mean loss over the epoch's rows."""
+    total, seen = 0.0, 0
+    for rows in batches:
+        total += step(batch_loss(head, rows)) * len(rows)
+        seen += len(rows)
+        progress.update(1)
+        progress.set_postfix(loss=f"{total / seen:.4f}")
+    return total / seen
+
+
+class EarlyStopping:
+    """Early stopping's bookkeeping: a validation score per epoch and the best epoch's weights.
+
+    Parameters
+    ----------
+    validation_score : callable
+        ``validation_score(head)``: the score of the head (in eval mode) on
+        the held-out rows; higher is better.
+    n_iter_no_change : int
+        Epochs without a better score before stopping.
+    """
+
+    def __init__(self, validation_score, n_iter_no_change):
+        self.validation_score = validation_score
+        self.n_iter_no_change = n_iter_no_change
+        self.scores, self.best_score, self.best_weights = [], None, None
+        self._n_worse = 0
+
+    def should_stop(self, network):
+        """Score ``network`` after an epoch, keep its weights if best; whether to stop now."""
+        network.head.eval()
+        score = self.validation_score(network.head)
+        self.scores.append(score)
+        if self.best_weights is None or score > self.best_score:
+            self.best_score, self.best_weights, self._n_worse = score, network.weights(), 0
+        else:
+            self._n_worse += 1
+        return self._n_worse >= self.n_iter_no_change
+
+
+def train(network, batch_loss, step, rows, *, lengths, batch_size, max_epochs, rng,
+          early_stopping=None, verbose=False):
+    """Train ``network`` for at most ``max_epochs`` passes over ``rows``.
+
+    Parameters
+    ----------
+    network : Network
+        What trains; set to training mode at the start of every epoch.
+    batch_loss : callable
+        ``batch_loss(head, rows)``: the loss tensor of a batch of rows.
+    step : callable
+        One optimizer step on a loss, from :func:`optimizer_step`.
+    rows : ndarray of int
+        The training rows.
+    lengths : ndarray of int or None
+        Tokens per row, to batch rows of similar lengths together; None for
+        plain random batches (e.g. on features encoded once: nothing to pad).
+    batch_size : int
+        Rows per step.
+    max_epochs : int
+        Passes over ``rows``.
+    rng : numpy.random.RandomState
+        Draws the batches.
+    early_stopping : EarlyStopping or None
+        Scores the network after every epoch and stops training when it
+        says so; the network ends with the weights of the best epoch.
+    verbose : bool or int
+        Show a progress bar per epoch with the running loss.
+
+    Returns
+    -------
+    loss_curve : list of float
+        Mean training loss of each epoch run.
+    """
+    from tqdm.auto import tqdm
+
+    loss_curve = []
+    for epoch in range(max_epochs):
+        network.train()
+        batches = shuffled_batches(rows, lengths, batch_size, rng)
+        with tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{max_epochs}", unit="batch",
+                  disable=not verbose) as progress:
+            loss_curve.append(run_epoch(network.head, batches, batch_loss, step, progress))
+            if early_stopping is None:
+                continue
+            stop = early_stopping.should_stop(network)
+            progress.set_postfix(loss=f"{loss_curve[-1]:.4f}",
+                                 validation_score=f"{early_stopping.scores[-1]:.4f}")
+        if stop:
+            break
+    if early_stopping is not None:  # back to the epoch with the best validation score
+        network.restore(early_stopping.best_weights)
+    return loss_curve
