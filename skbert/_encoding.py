@@ -19,12 +19,22 @@ from skbert._features import compute_parts, layers_read
 
 @dataclass
 class Windows:
-    """Tokenized encoder inputs: one row per window, in text order."""
+    """Tokenized encoder inputs: one row per window, in text order.
+
+    Rows are stored as small numpy arrays (a tenth of the memory of lists of
+    Python ints), whatever sequences they are given as.
+    """
 
     input_ids: list
     special_mask: list
     token_type_ids: list | None
     owner: np.ndarray
+
+    def __post_init__(self):
+        self.input_ids = [np.asarray(row, dtype=np.int32) for row in self.input_ids]
+        self.special_mask = [np.asarray(row, dtype=np.int8) for row in self.special_mask]
+        if self.token_type_ids is not None:
+            self.token_type_ids = [np.asarray(row, dtype=np.int8) for row in self.token_type_ids]
 
     def __len__(self):
         return len(self.input_ids)
@@ -40,7 +50,8 @@ class Windows:
     @property
     def n_text_tokens(self):
         """Tokens per window that are not special tokens."""
-        return self.lengths - np.fromiter(map(sum, self.special_mask), np.int64, len(self))
+        return self.lengths - np.fromiter(map(np.count_nonzero, self.special_mask), np.int64,
+                                           len(self))
 
     @functools.cached_property
     def lengths(self):

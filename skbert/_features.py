@@ -147,7 +147,11 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, ke
 def _merge(vectors, how):
     if how == "concat":
         return np.concatenate(vectors, axis=1)
-    total = np.sum(vectors, axis=0, dtype=np.float32)
+    if len(vectors) == 1:
+        return vectors[0]
+    total = vectors[0] + vectors[1]  # accumulated in place: one output-sized array
+    for vector in vectors[2:]:
+        total += vector
     return total / len(vectors) if how == "mean" else total
 
 

@@ -1,5 +1,7 @@
 """Batching: token-budget batches, out-of-memory back-off, reduced precision, order."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -58,6 +60,7 @@ def test_out_of_memory_on_a_single_window_is_raised(private):
         private.transform(["the cat", "a dog"])
 
 
+@pytest.mark.filterwarnings("ignore:This CPU has no native")
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_reduced_precision_is_close_to_float32(tiny_model_dir, texts, dtype):
     skbert.clear_cache()
@@ -65,6 +68,25 @@ def test_reduced_precision_is_close_to_float32(tiny_model_dir, texts, dtype):
     low = BertVectorizer(tiny_model_dir, norm="l2", dtype=dtype).fit().transform(texts)
     assert low.dtype == np.float32
     assert np.min(np.sum(full * low, axis=1)) > 0.99  # cosine of each row with its fp32 twin
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_emulated_half_precision_on_the_cpu_warns(monkeypatch, native):
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: native)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _loading.check_dtype("bfloat16", torch.device("cpu"))
+        _loading.check_dtype("float32", torch.device("cpu"))
+    assert [str(w.message).split(":")[0] for w in caught] == (
+        [] if native else ["This CPU has no native bfloat16 arithmetic (AVX512 or AMX)"])
+
+
+def test_bfloat16_on_a_gpu_without_it_is_an_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "Tesla T4")
+    with pytest.raises(ValueError, match="dtype='bfloat16' is not supported by Tesla T4"):
+        _loading.check_dtype("bfloat16", torch.device("cuda"))
 
 
 def test_vector_does_not_depend_on_batch_mates(tiny_model_dir, texts):
