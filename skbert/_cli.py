@@ -1,12 +1,23 @@
 """The ``skbert`` console command: ``skbert embed`` and ``skbert probe``."""
 
 import argparse
+import contextlib
 import csv
+import hashlib
+import itertools
 import json
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
+from numpy.lib.format import open_memmap
+from tqdm.auto import tqdm
+
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
+CHUNK_SIZE = 4096  # texts per chunk of skbert embed: a few MB of features, many batches
 
 
 class CommandError(Exception):
@@ -25,6 +36,17 @@ def parse_layer(value):
     return layers[0] if len(layers) == 1 else layers
 
 
+def positive_int(value):
+    """An int >= 1 (``--chunk-size``)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive int")
+    return number
+
+
 def read_texts(path, text_column=None, text_field=None):
     """Texts of a .txt (one per line), .csv/.tsv (``text_column``) or .jsonl (``text_field``) file.
 
@@ -32,6 +54,11 @@ def read_texts(path, text_column=None, text_field=None):
     """
     if str(path) == "-":
         return [line.rstrip("\r\n") for line in sys.stdin]
+    return list(iter_texts(path, text_column, text_field))
+
+
+def iter_texts(path, text_column=None, text_field=None):
+    """The texts of a file (as :func:`read_texts` reads them), one at a time."""
     path = Path(path)
     if not path.is_file():
         raise CommandError(f"input file {str(path)!r} does not exist")
@@ -39,11 +66,13 @@ def read_texts(path, text_column=None, text_field=None):
     with open(path, encoding="utf-8", newline="") as file:
         if suffix in (".csv", ".tsv"):
             reader = csv.DictReader(file, delimiter="\t" if suffix == ".tsv" else ",")
-            return _column(reader, text_column, path, "--text-column", reader.fieldnames or [])
-        if suffix == ".jsonl":
+            yield from _column(reader, text_column, path, "--text-column",
+                               reader.fieldnames or [])
+        elif suffix == ".jsonl":
             rows = (json.loads(line) for line in file if line.strip())
-            return _column(rows, text_field, path, "--text-field")
-        return [line.rstrip("\r\n") for line in file]
+            yield from _column(rows, text_field, path, "--text-field")
+        else:
+            yield from (line.rstrip("\r\n") for line in file)
 
 
 def _column(rows, name, path, option, fieldnames=None):
@@ -51,12 +80,10 @@ def _column(rows, name, path, option, fieldnames=None):
         raise CommandError(f"{path} needs {option} to say which column holds the text")
     if fieldnames is not None and name not in fieldnames:
         raise CommandError(f"{path} has no column {name!r}; columns: {', '.join(fieldnames)}")
-    values = []
     for number, row in enumerate(rows, start=1):
         if name not in row:
             raise CommandError(f"{path} record {number} has no field {name!r}")
-        values.append(row[name])
-    return values
+        yield row[name]
 
 
 def _vectorizer(args, **overrides):
@@ -69,27 +96,229 @@ def _vectorizer(args, **overrides):
 
 
 def embed(args):
-    """``skbert embed``: texts -> features file (.npy, or .parquet with pyarrow)."""
-    import numpy as np
+    """``skbert embed``: texts -> features file (.npy, or .parquet with pyarrow), chunk by chunk.
 
+    A first pass over the input counts and fingerprints the texts (and checks
+    every record) without keeping them; the second reads ``--chunk-size`` texts
+    at a time, transforms them and writes their rows before reading more, so
+    memory does not grow with the input. Rows go to a partial output next to
+    the final one, and a progress file records how many are written; ``--resume``
+    continues from there when the input and the options are the same.
+    """
     output = Path(args.output)
     if output.suffix not in (".npy", ".parquet"):
         raise CommandError(f"output {str(output)!r} must end in .npy or .parquet")
-    texts = read_texts(args.input, args.text_column, args.text_field)
-    norm = None if args.norm == "none" else args.norm
-    vectorizer = _vectorizer(args, layer=args.layer, pooling=args.pooling, norm=norm).fit()
-    features = vectorizer.transform(texts)
-    if output.suffix == ".npy":
-        np.save(output, features)
-    else:
+    if output.suffix == ".parquet":
         try:
-            import pandas as pd
             import pyarrow  # noqa: F401
         except ImportError:
-            raise CommandError("writing .parquet needs pandas and pyarrow: "
-                               "pip install pandas pyarrow") from None
-        pd.DataFrame(features, columns=vectorizer.get_feature_names_out()).to_parquet(output)
-    print(f"wrote {features.shape[0]} x {features.shape[1]} features to {output}", file=sys.stderr)
+            raise CommandError("writing .parquet needs pyarrow: pip install pyarrow") from None
+    with _input_file(args) as source:
+        n_texts, texts_digest = _scan(iter_texts(source, args.text_column, args.text_field))
+        norm = None if args.norm == "none" else args.norm
+        vectorizer = _vectorizer(args, layer=args.layer, pooling=args.pooling, norm=norm,
+                                 cache=False, verbose=False).fit()
+        names = vectorizer.get_feature_names_out()
+        progress = _Progress(output, {"input": str(source), "texts": n_texts,
+                                      "digest": texts_digest}, _settings(args, vectorizer))
+        if args.resume:
+            done = progress.resume()
+        else:  # a stale record must not describe the new partial output
+            progress.remove()
+            done = 0
+        writer = (_NpyWriter if output.suffix == ".npy" else _ParquetWriter)(
+            output, n_texts, names, done)
+        progress.save(done)
+        texts = itertools.islice(iter_texts(source, args.text_column, args.text_field), done,
+                                 None)
+        with tqdm(total=n_texts, initial=done, desc="skbert embed", unit="text",
+                  file=sys.stderr) as bar:
+            try:
+                while chunk := list(itertools.islice(texts, args.chunk_size)):
+                    writer.write(done, vectorizer.transform(chunk))
+                    done += len(chunk)
+                    progress.save(done)
+                    bar.update(len(chunk))
+            except KeyboardInterrupt:
+                bar.close()
+                print(f"skbert embed: interrupted after {done} of {n_texts} texts; run the same "
+                      "command with --resume to continue", file=sys.stderr)
+                raise
+        writer.finish()
+        progress.remove()
+    print(f"wrote {n_texts} x {len(names)} features to {output}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _input_file(args):
+    """The input path; standard input is first copied to a temporary file, read twice."""
+    if args.input != "-":
+        yield args.input
+        return
+    if args.resume:
+        raise CommandError("--resume needs an input file: standard input cannot be read again")
+    with tempfile.TemporaryDirectory(prefix="skbert-embed-") as directory:
+        path = Path(directory) / "stdin.txt"
+        with open(path, "w", encoding="utf-8", newline="\n") as file:
+            file.writelines(line if line.endswith("\n") else line + "\n" for line in sys.stdin)
+        yield path
+
+
+def _scan(texts):
+    """Number of texts and a digest of them all, in order."""
+    digest, n_texts = hashlib.blake2b(digest_size=16), 0
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little") + data)
+        n_texts += 1
+    return n_texts, digest.hexdigest()
+
+
+def _settings(args, vectorizer):
+    """The options that decide the features, by name: a resumed run must have the same."""
+    from skbert import _loading
+
+    model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model
+    settings = {"--model": model, "--layer": args.layer, "--pooling": args.pooling,
+                "--norm": args.norm, "--max-length": args.max_length,
+                "--truncation": args.truncation, "--dtype": args.dtype,
+                "the model's weights": _loading.weights_fingerprint(vectorizer.model_)}
+    return json.loads(json.dumps(settings))  # as read back from the progress file
+
+
+class _Progress:
+    """``<output>.progress.json``: the texts written so far, for which input and options.
+
+    It is replaced atomically, and only after the rows it counts are on disk.
+    """
+
+    def __init__(self, output, source, settings):
+        self.output, self.path = output, output.with_name(output.name + ".progress.json")
+        self.record = {"input": source, "settings": settings, "done": 0}
+
+    def resume(self):
+        """Texts already written by the interrupted run (0 if there is none to resume)."""
+        if not self.path.is_file():
+            print(f"skbert embed: nothing to resume for {self.output}; starting from the "
+                  "first text", file=sys.stderr)
+            return 0
+        saved = json.loads(self.path.read_text(encoding="utf-8"))
+        where = f"cannot resume {str(self.output)!r}:"
+        if saved["input"]["texts"] != self.record["input"]["texts"] or \
+                saved["input"]["digest"] != self.record["input"]["digest"]:
+            raise CommandError(
+                f"{where} the input changed since the interrupted run of "
+                f"{saved['input']['input']!r} ({saved['input']['texts']} texts then, "
+                f"{self.record['input']['texts']} now, or other texts); run without --resume "
+                "to start again")
+        changed = [f"{name} {saved['settings'].get(name)!r} -> {value!r}"
+                   for name, value in self.record["settings"].items()
+                   if saved["settings"].get(name) != value]
+        if changed:
+            raise CommandError(f"{where} options changed since the interrupted run "
+                               f"({'; '.join(changed)}); rerun with the same options, or without "
+                               "--resume to start again")
+        return saved["done"]
+
+    def save(self, done):
+        self.record["done"] = done
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        with open(temporary, "w", encoding="utf-8") as file:
+            json.dump(self.record, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.path)
+
+    def remove(self):
+        self.path.unlink(missing_ok=True)
+
+
+class _NpyWriter:
+    """Rows into ``<output>.partial``, a .npy file made with its final shape; renamed at the end.
+
+    Each chunk maps the file, writes its rows, flushes and unmaps, so written
+    pages do not stay in this process's memory.
+    """
+
+    def __init__(self, output, n_rows, names, done):
+        self.output, self.partial = output, output.with_name(output.name + ".partial")
+        shape = (n_rows, len(names))
+        if done:
+            if not self.partial.is_file():
+                raise CommandError(f"cannot resume {str(output)!r}: the partial output "
+                                   f"{str(self.partial)!r} is missing; run without --resume")
+            found = open_memmap(self.partial, mode="r").shape
+            if found != shape:
+                raise CommandError(f"cannot resume {str(output)!r}: {str(self.partial)!r} holds "
+                                   f"{found}, expected {shape}; run without --resume")
+        else:
+            open_memmap(self.partial, mode="w+", dtype=np.float32, shape=shape).flush()
+
+    def write(self, start, features):
+        rows = open_memmap(self.partial, mode="r+")
+        rows[start:start + len(features)] = features
+        rows.flush()  # unmapped on return
+
+    def finish(self):
+        os.replace(self.partial, self.output)
+
+
+class _ParquetWriter:
+    """Each chunk as a parquet file in ``<output>.parts/``, merged into one file at the end.
+
+    A parquet file cannot take more row groups once closed, and an unclosed one
+    is unreadable, so the chunks are separate files until the run completes;
+    the merge streams them, one row group each, into the output.
+    """
+
+    def __init__(self, output, n_rows, names, done):
+        self.output, self.n_rows, self.names = output, n_rows, list(names)
+        self.parts = output.with_name(output.name + ".parts")
+        if done and not self.parts.is_dir():
+            raise CommandError(f"cannot resume {str(output)!r}: the partial output "
+                               f"{str(self.parts)!r} is missing; run without --resume")
+        if not done:
+            shutil.rmtree(self.parts, ignore_errors=True)
+        self.parts.mkdir(exist_ok=True)
+        for start, path in self._part_files():
+            if start >= done:  # written after the last progress record: written again
+                path.unlink()
+
+    def _part_files(self):
+        return sorted((int(path.stem.split("-")[1]), path)
+                      for path in self.parts.glob("part-*.parquet"))
+
+    def write(self, start, features):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table(dict(zip(self.names, features.T)))
+        temporary = self.parts / f"part-{start:012d}.tmp"
+        with open(temporary, "wb") as file:
+            pq.write_table(table, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.parts / f"part-{start:012d}.parquet")
+
+    def finish(self):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema([(name, pa.float32()) for name in self.names])
+        merged, expected = self.output.with_name(self.output.name + ".partial"), 0
+        with pq.ParquetWriter(merged, schema) as writer:
+            for start, path in self._part_files():
+                if start != expected:
+                    raise CommandError(f"{str(self.parts)!r} lacks the rows from {expected} to "
+                                       f"{start}; run without --resume to start again")
+                table = pq.read_table(path)
+                writer.write_table(table)
+                expected += table.num_rows
+        if expected != self.n_rows:
+            raise CommandError(f"{str(self.parts)!r} holds {expected} rows, expected "
+                               f"{self.n_rows}; run without --resume to start again")
+        os.replace(merged, self.output)
+        shutil.rmtree(self.parts)
 
 
 def probe(args):
@@ -138,7 +367,8 @@ def build_parser():
 
     embed_parser = commands.add_parser(
         "embed", help="embed texts into a .npy or .parquet file",
-        description="Embed texts with BertVectorizer; the output equals its transform.")
+        description="Embed texts with BertVectorizer, --chunk-size texts at a time; the output "
+                    "equals its transform of each chunk.")
     embed_parser.add_argument("input", help=".txt (one text per line), .csv/.tsv, .jsonl, or - "
                                             "for standard input")
     embed_parser.add_argument("-o", "--output", required=True, help=".npy or .parquet file")
@@ -150,6 +380,12 @@ def build_parser():
                               help="default: %(default)s")
     embed_parser.add_argument("--norm", default="none", choices=["none", "l1", "l2", "max"],
                               help="row normalization (default: %(default)s)")
+    embed_parser.add_argument("--chunk-size", type=positive_int, default=CHUNK_SIZE,
+                              help="texts read, transformed and written at a time; memory "
+                                   "grows with it, not with the input (default: %(default)s)")
+    embed_parser.add_argument("--resume", action="store_true",
+                              help="continue an interrupted run of the same command from the "
+                                   "last chunk written (refused if the input or options changed)")
     model_options(embed_parser)
     embed_parser.set_defaults(run=embed)
 
@@ -182,6 +418,8 @@ def main(argv=None):
     except (CommandError, FileNotFoundError, ValueError, OSError, ImportError) as exc:
         print(f"skbert {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130  # 128 + SIGINT, as shells report it
     return 0
 
 

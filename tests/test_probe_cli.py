@@ -90,6 +90,132 @@ def test_embed_reads_standard_input(tiny_model_dir, tmp_path):
     assert np.load(tmp_path / "out.npy").shape == (2, 32)
 
 
+@pytest.mark.parametrize("suffix", [".npy", ".parquet"])
+def test_embed_empty_input(tiny_model_dir, tmp_path, suffix):
+    (tmp_path / "empty.txt").write_text("")
+    output = tmp_path / f"out{suffix}"
+    assert _cli.main(["embed", str(tmp_path / "empty.txt"), "-o", str(output), "--model",
+                      tiny_model_dir]) == 0
+    features = np.load(output) if suffix == ".npy" else pd.read_parquet(output).to_numpy()
+    assert features.shape == (0, 32) and features.dtype == np.float32
+
+
+LINES = [" ".join(["the", "cat", "dog", "sat", "big", "red"][: 1 + i % 6]) + f" {i}"
+         for i in range(50)]
+
+
+def counting_transform(monkeypatch, interrupt_at=None):
+    """Count BertVectorizer.transform calls and rows; interrupt call ``interrupt_at``."""
+    calls, transform = {"calls": 0, "rows": 0}, BertVectorizer.transform
+
+    def counted(self, X):
+        calls["calls"] += 1
+        if calls["calls"] == interrupt_at:
+            raise KeyboardInterrupt
+        calls["rows"] += len(X)
+        return transform(self, X)
+
+    monkeypatch.setattr(BertVectorizer, "transform", counted)
+    return calls
+
+
+def interrupted_run(monkeypatch, capsys, source, output, *options):
+    """An embed run of LINES in chunks of 8, interrupted in its third chunk."""
+    source.write_text("\n".join(LINES) + "\n")
+    with monkeypatch.context() as patch:
+        counting_transform(patch, interrupt_at=3)
+        assert _cli.main(["embed", str(source), "-o", str(output), "--chunk-size", "8",
+                          *options]) == 130
+    assert "interrupted after 16 of 50 texts; run the same command with --resume" in \
+        capsys.readouterr().err
+    assert not output.exists()
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".parquet"])
+def test_embed_resume_finishes_without_recomputing(tiny_model_dir, tmp_path, monkeypatch,
+                                                   capsys, suffix):
+    source, output = tmp_path / "in.txt", tmp_path / f"out{suffix}"
+    options = ["--model", tiny_model_dir, "--pooling", "max"]
+    interrupted_run(monkeypatch, capsys, source, output, *options)
+    calls = counting_transform(monkeypatch)
+    assert _cli.main(["embed", str(source), "-o", str(output), "--chunk-size", "8", "--resume",
+                      *options]) == 0
+    assert calls["rows"] == 50 - 16
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", output.name]
+    assert _cli.main(["embed", str(source), "-o", str(tmp_path / f"whole{suffix}"),
+                      "--chunk-size", "8", *options]) == 0
+    read = np.load if suffix == ".npy" else (lambda path: pd.read_parquet(path).to_numpy())
+    np.testing.assert_array_equal(read(output), read(tmp_path / f"whole{suffix}"))
+    expected = BertVectorizer(tiny_model_dir, pooling="max").fit().transform(LINES)
+    np.testing.assert_allclose(read(output), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda source, options: source.write_text("\n".join(LINES[:-1] + ["changed"]) + "\n"),
+     r"cannot resume '.*out.npy': the input changed since the interrupted run of '.*in.txt' "
+     r"\(50 texts then, 50 now, or other texts\); run without --resume to start again"),
+    (lambda source, options: source.write_text("\n".join(LINES[:-1]) + "\n"),
+     r"the input changed .* \(50 texts then, 49 now"),
+    (lambda source, options: options.extend(["--pooling", "cls", "--norm", "l2"]),
+     r"cannot resume '.*out.npy': options changed since the interrupted run \(--pooling 'mean' "
+     r"-> 'cls'; --norm 'none' -> 'l2'\); rerun with the same options, or without --resume"),
+])
+def test_embed_resume_refused_when_input_or_options_changed(tiny_model_dir, tmp_path,
+                                                            monkeypatch, capsys, change, message):
+    source, output = tmp_path / "in.txt", tmp_path / "out.npy"
+    options = ["--model", tiny_model_dir]
+    interrupted_run(monkeypatch, capsys, source, output, *options)
+    change(source, options)
+    assert _cli.main(["embed", str(source), "-o", str(output), "--chunk-size", "8", "--resume",
+                      *options]) == 1
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and re.search(message, error), error
+    assert _cli.main(["embed", str(source), "-o", str(output), *options]) == 0  # starts over
+
+
+def test_embed_resume_with_nothing_to_resume_starts_from_the_first_text(tiny_model_dir,
+                                                                        tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("the cat\na dog\n")
+    assert _cli.main(["embed", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.npy"),
+                      "--resume", "--model", tiny_model_dir]) == 0
+    assert "nothing to resume" in capsys.readouterr().err
+    assert np.load(tmp_path / "out.npy").shape == (2, 32)
+
+
+PEAK_RSS = """
+import json, resource, sys
+from skbert._cli import main
+status = main(sys.argv[1:])
+print(json.dumps({"status": status, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                  / 1024}))
+"""
+
+
+def test_embed_memory_stays_flat(tiny_model_dir, tmp_path):
+    """Peak RSS of embedding 12,000 lines exceeds that of 2,000 lines by < 60 MB.
+
+    Reading and transforming the 12,000 lines at once (as embed did before it
+    streamed) grows the peak by about 180 MB; streaming, by about 5 MB.
+    """
+    rng = np.random.default_rng(0)
+    words = np.array("the a of and cat dog sat mat house red big small fast run good bad "
+                     "movie film what who river city people year day time long text".split())
+    peaks = {}
+    for n_lines in (2_000, 12_000):
+        source = tmp_path / f"lines{n_lines}.txt"
+        source.write_text("".join(" ".join(rng.choice(words, rng.integers(5, 80))) + "\n"
+                                  for _ in range(n_lines)))
+        result = subprocess.run(
+            [sys.executable, "-c", PEAK_RSS, "embed", str(source), "-o",
+             str(tmp_path / f"out{n_lines}.npy"), "--model", tiny_model_dir, "--chunk-size", "256"],
+            capture_output=True, text=True, check=True)
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        assert report["status"] == 0, result.stderr
+        assert np.load(tmp_path / f"out{n_lines}.npy").shape == (n_lines, 32)
+        peaks[n_lines] = report["peak_mb"]
+    assert peaks[12_000] - peaks[2_000] < 60, peaks
+
+
 @pytest.mark.parametrize("args, message", [
     (["embed", "missing.txt", "-o", "x.npy"], "input file 'missing.txt' does not exist"),
     (["embed", "{csv}", "-o", "x.npy", "--text-column", "nope"],
@@ -99,6 +225,7 @@ def test_embed_reads_standard_input(tiny_model_dir, tmp_path):
     (["embed", "{csv}", "-o", "{tmp}/x.npy", "--text-column", "body", "--model",
       "{tmp}/no-model"], "Model directory '.*no-model' does not exist"),
     (["probe", "{csv}", "--text-column", "body"], "probe needs --text-column and --label-column"),
+    (["embed", "-", "-o", "x.npy", "--resume"], "--resume needs an input file"),
 ])
 def test_errors_are_one_line(tmp_path, capsys, args, message):
     pd.DataFrame({"id": [1], "body": ["x"]}).to_csv(tmp_path / "in.csv", index=False)
@@ -116,7 +243,8 @@ def test_a_missing_file_exits_nonzero_without_traceback():
 
 
 @pytest.mark.parametrize("option, message", [(["--pooling", "avg"], "invalid choice: 'avg'"),
-                                              (["--layer", "top"], "'top' is not an int")])
+                                              (["--layer", "top"], "'top' is not an int"),
+                                              (["--chunk-size", "0"], "'0' is not a positive int")])
 def test_bad_option_value_exits_with_usage(capsys, option, message):
     with pytest.raises(SystemExit) as exit_info:
         _cli.main(["embed", "x.txt", "-o", "y.npy", *option])
@@ -130,7 +258,8 @@ def test_help_documents_every_option(capsys):
     text = capsys.readouterr().out
     for option in ("--model", "--layer", "--pooling", "--norm", "--max-length", "--truncation",
                    "--batch-size", "--device", "--dtype", "--text-column", "--text-field",
-                   "--label-column", "--layers", "--poolings", "--cv", "--out"):
+                   "--label-column", "--layers", "--poolings", "--cv", "--out", "--chunk-size",
+                   "--resume"):
         assert option in text
 
 
