@@ -106,6 +106,7 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         import torch
 
         device = _loading.resolve_device(self.device)
+        _loading.check_dtype(self.dtype, device)
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         encoder = self._load_encoder(device)
         extraction = self._extraction()

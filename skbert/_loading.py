@@ -72,6 +72,7 @@ def check_dtype(dtype, device):
     """
     import torch
 
+    device = torch.device(device)
     if dtype == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported(
             including_emulation=False):
         raise ValueError(f"dtype='bfloat16' is not supported by {torch.cuda.get_device_name()}; "

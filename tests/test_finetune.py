@@ -339,6 +339,7 @@ def test_class_weight_changes_the_loss(classifier, multiclass, class_weight):
     assert weighted.loss_curve_ != plain.loss_curve_
 
 
+@pytest.mark.filterwarnings("ignore:This CPU has no native")
 def test_bfloat16_mixed_precision_runs(tiny_model_dir, multiclass):
     X, y = multiclass
     clf = BertClassifier(tiny_model_dir, dtype="bfloat16", max_epochs=1, random_state=0,
