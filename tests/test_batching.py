@@ -8,7 +8,7 @@ import torch
 
 import skbert
 from skbert import BertVectorizer, _loading
-from skbert._encoding import length_sorted_batches
+from skbert._encoding import length_sorted_batches, tokenize
 
 
 def test_batches_respect_batch_size_and_token_budget():
@@ -94,3 +94,25 @@ def test_vector_does_not_depend_on_batch_mates(tiny_model_dir, texts):
     alone = np.vstack([vectorizer.transform([text]) for text in texts])
     mixed = vectorizer.transform(texts * 3)[: len(texts)]
     np.testing.assert_allclose(mixed, alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("truncation", ["head", "chunks", "tail", "pairs"])
+def test_tokenizing_in_slices_changes_nothing(tiny_model_dir, texts, truncation, monkeypatch):
+    long = [" ".join(texts[i:] + texts[:i]) for i in range(len(texts))]  # several windows each
+    inputs = list(zip(texts, long)) if truncation == "pairs" else long
+    vectorizer = BertVectorizer(tiny_model_dir, cache=False, max_length=16, **(
+        {} if truncation == "pairs" else {"truncation": truncation})).fit()
+
+    def windows():
+        return tokenize(vectorizer.tokenizer_, inputs, 16, "head" if truncation == "pairs"
+                        else truncation, stride=4)
+
+    whole, features = windows(), vectorizer.transform(inputs)
+    monkeypatch.setattr(skbert._encoding, "TOKENIZE_SLICE", 3)
+    sliced = windows()
+    np.testing.assert_array_equal(sliced.owner, whole.owner)
+    for name in ("input_ids", "special_mask", "token_type_ids"):
+        rows, sliced_rows = getattr(whole, name), getattr(sliced, name)
+        assert (sliced_rows is None if rows is None
+                else list(map(list, sliced_rows)) == list(map(list, rows))), name
+    np.testing.assert_array_equal(vectorizer.transform(inputs), features)

@@ -4,7 +4,9 @@ Partition-wise transforms equal the local transform of the same rows exactly.
 Whole-input equality is exact with ``batch_size=1`` (no padding, so a text's
 features do not depend on its batch); with larger batches, which texts share
 a batch changes float rounding (about 1e-7), as in the batch-size invariance
-test of BertVectorizer.
+test of BertVectorizer. Local transforms here run on one torch thread, as the
+workers do: a matrix product split over another number of threads may round
+differently in the last bit (seen with ``batch_size=1`` on a 2-core AMD EPYC).
 """
 
 import collections
@@ -16,6 +18,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from scipy import sparse
 from sklearn.decomposition import PCA
 from sklearn.exceptions import NotFittedError
@@ -43,6 +46,15 @@ def cluster_client():
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster, set_as_default=False) as client:
         yield client
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Local transforms on one torch thread, as on the workers (``threads_per_worker=1``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
