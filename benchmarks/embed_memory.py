@@ -26,9 +26,9 @@ SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "train
 CHILD = textwrap.dedent("""
     import json, os, resource, sys, time
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from skbert._cli import main
+    from skbert._cli import run
     start = time.perf_counter()
-    status = main(sys.argv[1:])
+    status = run()  # as the skbert command: arguments from sys.argv
     print(json.dumps({"status": status, "seconds": time.perf_counter() - start,
                       "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """)

@@ -1,6 +1,7 @@
 """skbert.probe (layer x pooling report, heatmap) and the skbert command line."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -184,8 +185,8 @@ def test_embed_resume_with_nothing_to_resume_starts_from_the_first_text(tiny_mod
 
 PEAK_RSS = """
 import json, resource, sys
-from skbert._cli import main
-status = main(sys.argv[1:])
+from skbert._cli import run
+status = run()  # as the skbert command: arguments from sys.argv
 print(json.dumps({"status": status, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                   / 1024}))
 """
@@ -272,3 +273,14 @@ def test_probe_writes_png_and_csv(tiny_model_dir, tmp_path, capsys):
     assert (tmp_path / "report.png").stat().st_size > 5000
     table = pd.read_csv(tmp_path / "report.csv", index_col=0)
     assert table.shape == (3, 2)
+
+
+def test_the_command_turns_the_onednn_kernel_cache_off_unless_set(monkeypatch):
+    variable, seen = "ONEDNN_PRIMITIVE_CACHE_CAPACITY", []
+    monkeypatch.setattr(_cli, "main", lambda: seen.append(os.environ.get(variable)) or 0)
+    monkeypatch.setenv(variable, "unset below")  # so that the test's end restores it
+    monkeypatch.delenv(variable)
+    assert _cli.run() == 0
+    monkeypatch.setenv(variable, "256")
+    assert _cli.run() == 0
+    assert seen == ["0", "256"]
