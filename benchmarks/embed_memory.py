@@ -2,10 +2,10 @@
 
 Each run is a fresh process that embeds the first N SST-2 train sentences (one
 per line of a .txt file) with the offline all-MiniLM-L6-v2 into a .npy file,
-in chunks of ``--chunk-size`` texts (the command's default: 1,024), and reports
-its own peak RSS. The growth from the smallest N to the others is what streaming bounds:
-the model, one chunk and its batches, whatever the number of lines. For
-comparison, the output itself is N x 384 float32.
+in chunks of ``--chunk-size`` texts (the command's default: 1,024), and
+reports its own peak RSS. The growth from the smallest N to the others is what
+streaming bounds: the model, one chunk and its batches, whatever the number of
+lines. For comparison, the output itself is N x 384 float32.
 
 Run: ``python benchmarks/embed_memory.py [N ...]`` (default: 2000 12000)
 """

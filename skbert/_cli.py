@@ -429,10 +429,10 @@ def run():
     """The ``skbert`` console command: :func:`main` in a process of its own.
 
     oneDNN, torch's CPU kernel library, keeps one compiled kernel per input
-    shape, and the varied batch shapes of a long ``skbert embed`` raised its
-    resident size by about 80 MB over the first chunks; with that cache off it
-    stayed within about 20 MB, at the same speed (fp32 and bf16, measured on
-    the project's CPU). The command owns its process, so it turns the cache
+    shape. Over the varied batch shapes of ``skbert embed``, 2,000 -> 12,000
+    lines of SST-2 raised peak RSS by 40 to 68 MB with that cache and by 26 to
+    31 MB without it, at the same speed (fp32 and bf16, measured on the
+    project's CPU; docs/scaling.md). The command owns its process, so it turns the cache
     off unless ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is set; :func:`main`, which
     other programs may call, leaves process-wide settings alone.
     """

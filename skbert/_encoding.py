@@ -81,7 +81,7 @@ def tokenize(tokenizer, texts, max_length, truncation="head", stride=0):
     texts = [tuple(map(_encodable, text)) if isinstance(text, tuple) else _encodable(text)
              for text in texts]
     slices = []
-    for start in range(0, max(len(texts), 1), TOKENIZE_SLICE):
+    for start in range(0, max(len(texts), 1), TOKENIZE_SLICE):  # no texts: one empty call
         with _TOKENIZER_LOCK:
             windows = _tokenize(tokenizer, texts[start:start + TOKENIZE_SLICE], max_length,
                                 truncation, stride)
