@@ -1,42 +1,58 @@
 """The forward-pass cache: one encoder pass per distinct window, reused by every setting.
 
-An entry holds the *parts* of one window (see :mod:`skbert._features`): for
-every layer the [CLS] and final [SEP] vectors, masked mean and max with and
-without special tokens, the token counts, the pooler output, and max pooling
-of the usual layer averages. That serves any ``layer``, ``layer_combine``,
-``pooling``, ``include_special_tokens`` and ``norm`` without another forward
-pass, at ``(8 * n_layers + 2 * (n_layers + 1)) * hidden * 4`` bytes a window
-(n_layers counting the embedding output): about 90 KB for all-MiniLM-L6-v2
-(7 x 384) and 330 KB for BERT-base (13 x 768).
+An entry is the *record* of one window (:class:`skbert._features.Layout`): one
+float32 row holding, for every layer, the [CLS] and final [SEP] vectors, the
+masked mean and max with and without special tokens, the token counts, the
+pooler output, and max pooling of the usual layer averages. That serves any
+``layer``, ``layer_combine``, ``pooling``, ``include_special_tokens`` and
+``norm`` without another forward pass, at ``(6 * n_layers + 2 * (n_layers + 1)
++ 1) * hidden * 4`` bytes a window (n_layers counting the embedding output):
+about 91 KB for all-MiniLM-L6-v2 (7 x 384) and 329 KB for BERT-base (13 x 768).
+A rarer multi-layer max gets a record of its own layout next to it.
 
 Entries are keyed by a hash of the model's weights fingerprint, the compute
-dtype and the window's token ids and token type ids. The window's tokens
-already reflect ``max_length``, ``truncation`` and ``stride``, so a setting
-that changes what the encoder reads changes the key, and one that does not
-(a short text under any truncation) is served from the same entry.
+dtype and the window's token ids and token type ids, plus a tag of the
+record's layout. The window's tokens already reflect ``max_length``,
+``truncation`` and ``stride``, so a setting that changes what the encoder reads
+changes the key, and one that does not (a short text under any truncation) is
+served from the same entry.
+
+:func:`window_features` walks the distinct windows of one call, longest first,
+in chunks of a few MB of records: a chunk's hits are copied out of the store,
+its misses go through the encoder, and its features are written straight into
+the output. A call keeps no records of its own beyond one chunk, so the store's
+byte budget bounds what the cache holds, however many texts one call has.
 
 In memory, entries live in one process-wide store with a byte budget and
 least-recently-used eviction (:func:`set_cache_limit`, default 2 GiB, or the
-``SKBERT_CACHE_BYTES`` environment variable). On disk, each entry is one file
-``<key>.npz`` written atomically (temporary file + rename), so concurrent
-writers are safe; each file starts with a BLAKE2 checksum of the rest, and a
-file that fails to read or verify is recomputed and rewritten, never served.
+``SKBERT_CACHE_BYTES`` environment variable). A call never evicts entries that
+it used itself: when its distinct windows outgrow the budget, the store keeps
+those that fit, admits no more, and warns once, so that repeating the call
+still hits for the part that fits instead of thrashing. On disk, each entry is
+one file ``<key>.f32`` of raw float32 values, written atomically (temporary
+file + rename) so that concurrent writers are safe; each file starts with a
+BLAKE2 checksum of the rest, and a file that fails to read or verify is
+recomputed and rewritten, never served. An entry served from memory that is
+missing on disk is written there too.
 """
 
-import ast
 import collections
 import hashlib
-import io
 import os
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
 
-FORMAT = b"skbert-cache-v1"
-_CHUNK_WINDOWS = 1024
+FORMAT = b"skbert-cache-v2"
 _DIGEST_SIZE = 32
+# Bookkeeping of one in-memory entry beyond its values: array object, key, links.
+_ENTRY_OVERHEAD = 400
+# Records held at once by one call, beyond the store: one chunk of distinct windows. Small,
+# since fresh memory costs page faults (up to 2 ms per MB on a virtual machine).
+CHUNK_BYTES = 8 * 1024**2
 
 
 def window_keys(windows, model_fingerprint, dtype):
@@ -53,44 +69,63 @@ def window_keys(windows, model_fingerprint, dtype):
     return keys
 
 
-def _nbytes(record):
-    return sum(value.nbytes + 100 for value in record.values())
+def _size(record):
+    return record.nbytes + _ENTRY_OVERHEAD
 
 
 class MemoryStore:
-    """Thread-safe LRU mapping key -> record, bounded by the records' bytes."""
+    """Thread-safe LRU mapping key -> record (a 1-D float32 array), bounded by bytes.
+
+    Every use advances a clock (``tick``). :meth:`put` evicts the least
+    recently used entries to make room, but only those last used at or before
+    ``since``: a call passes the tick at its start, so it never evicts what it
+    used itself.
+    """
 
     def __init__(self, max_bytes):
         self.max_bytes = max_bytes
         self.n_bytes = 0
-        self._entries = collections.OrderedDict()
+        self.tick = 0
+        self._entries = collections.OrderedDict()  # key -> (record, tick of last use)
         self._lock = threading.Lock()
 
-    def get(self, key):
+    def get(self, key, since=None):
+        """The record of ``key`` or None (``since`` is for the stores' common signature)."""
         with self._lock:
-            record = self._entries.get(key)
-            if record is not None:
-                self._entries.move_to_end(key)
-            return record
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self.tick += 1
+            self._entries[key] = (entry[0], self.tick)
+            self._entries.move_to_end(key)
+            return entry[0]
 
-    def put(self, key, record):
+    def put(self, key, record, since=None):
+        """Store ``record``; return whether it was kept (False: no room, see the class)."""
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self.n_bytes -= _nbytes(old)
-            self._entries[key] = record
-            self.n_bytes += _nbytes(record)
-            self._evict()
+                self.n_bytes -= _size(old[0])
+            self._evict(self.max_bytes - _size(record), since)
+            if self.n_bytes + _size(record) > self.max_bytes:
+                return False
+            self.tick += 1
+            self._entries[key] = (record, self.tick)
+            self.n_bytes += _size(record)
+            return True
 
-    def _evict(self):
-        while self.n_bytes > self.max_bytes and self._entries:
-            _, record = self._entries.popitem(last=False)
-            self.n_bytes -= _nbytes(record)
+    def _evict(self, max_bytes, since=None):
+        while self.n_bytes > max_bytes and self._entries:
+            key, (record, tick) = next(iter(self._entries.items()))
+            if since is not None and tick > since:
+                break
+            del self._entries[key]
+            self.n_bytes -= _size(record)
 
     def resize(self, max_bytes):
         with self._lock:
             self.max_bytes = max_bytes
-            self._evict()
+            self._evict(max_bytes)
 
     def clear(self):
         with self._lock:
@@ -127,37 +162,50 @@ def clear_cache():
 
 
 class DiskStore:
-    """Records as checksummed ``.npz`` files in ``directory``, with the memory store in front."""
+    """Records as checksummed files in ``directory``, with the memory store in front.
+
+    Every record it serves is on disk afterwards: one found in memory but
+    missing on disk is written then.
+    """
 
     def __init__(self, directory):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
 
-    def _path(self, key):
-        return self.directory / key[:2] / f"{key}.npz"
+    @property
+    def tick(self):
+        return MEMORY.tick
 
-    def get(self, key):
+    def _path(self, key):
+        return self.directory / key[:2] / f"{key}.f32"
+
+    def get(self, key, since=None):
+        path = self._path(key)
         record = MEMORY.get(key)
         if record is not None:
+            if not path.exists():
+                self._write(path, record)
             return record
         try:
-            data = self._path(key).read_bytes()
-            payload = data[_DIGEST_SIZE:]
-            if hashlib.blake2b(payload, digest_size=_DIGEST_SIZE).digest() != data[:_DIGEST_SIZE]:
+            data = path.read_bytes()
+            if hashlib.blake2b(memoryview(data)[_DIGEST_SIZE:],
+                               digest_size=_DIGEST_SIZE).digest() != data[:_DIGEST_SIZE]:
                 return None
-            with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
-                record = {ast.literal_eval(name): arrays[name] for name in arrays.files}
-        except (OSError, ValueError, EOFError):
+            record = np.frombuffer(data, dtype=np.float32, offset=_DIGEST_SIZE)
+        except (OSError, ValueError):
             return None  # missing or unreadable: the caller recomputes and rewrites it
-        MEMORY.put(key, record)
+        MEMORY.put(key, record, since)
         return record
 
-    def put(self, key, record):
-        MEMORY.put(key, record)
-        buffer = io.BytesIO()
-        np.savez(buffer, **{repr(part): value for part, value in record.items()})
-        payload = buffer.getvalue()
-        path = self._path(key)
+    def put(self, key, record, since=None):
+        """Store ``record`` on disk and, where it fits, in memory; it is always kept."""
+        MEMORY.put(key, record, since)
+        self._write(self._path(key), record)
+        return True
+
+    @staticmethod
+    def _write(path, record):
+        payload = memoryview(np.ascontiguousarray(record, dtype=np.float32)).cast("B")
         path.parent.mkdir(exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
@@ -170,49 +218,78 @@ class DiskStore:
             raise
 
 
-def cached_parts(store, keys, needed, wanted, compute):
-    """Parts for every window, computing only the windows that ``store`` cannot serve.
+def window_features(store, keys, lengths, layouts, compute, assemble, batch_size=1,
+                    progress=None):
+    """Features of every window, each distinct window served by ``store`` or computed once.
 
     Parameters
     ----------
-    store : MemoryStore or DiskStore
+    store : MemoryStore, DiskStore or None
+        None computes every distinct window and stores nothing.
     keys : list of str
-        One cache key per window (duplicates allowed: each distinct key is computed once).
-    needed : set of part keys
-        What the caller will read.
-    wanted : set of part keys
-        What to compute and store for a window that misses (a superset of ``needed``).
-    compute : callable (window indices, part keys) -> {part key: array with one row per index}
+        One cache key per window (duplicates are computed once).
+    lengths : ndarray of shape (n_windows,)
+        Tokens per window: distinct windows go longest first, so that each
+        chunk's forward batches pad little.
+    layouts : list of Layout
+        The records one window needs; each is one store entry.
+    compute : callable (window indices, out) -> None
+        Forward passes that write one row per index into ``out``, a records
+        array per layout.
+    assemble : callable ([records array per layout]) -> features (n, n_features)
+    batch_size : int, default=1
+        Windows per forward pass: chunks hold a multiple of it.
+    progress : tqdm or None
+        Advanced by the hits (``compute`` advances it for the misses).
 
     Returns
     -------
-    dict mapping each needed part key to an array with one row per window.
+    ndarray of shape (n_windows, n_features), float32
     """
-    first_index = {}
-    for index, key in enumerate(keys):
-        first_index.setdefault(key, index)
-    records = {key: store.get(key) for key in first_index}
-    missing = [key for key, record in records.items()
-               if record is None or not needed.issubset(record)]
-    # Misses go through the encoder in chunks, so that a large corpus never holds every
-    # window's full set of parts twice (as computed arrays and as records) at once.
-    for start in range(0, len(missing), _CHUNK_WINDOWS):
-        chunk = missing[start:start + _CHUNK_WINDOWS]
-        computed = compute(np.array([first_index[key] for key in chunk]), wanted)
-        for row, key in enumerate(chunk):
-            record = {**(records[key] or {}),
-                      **{part: values[row].copy() for part, values in computed.items()}}
-            store.put(key, record)
-            records[key] = record
-    return {part: np.stack([records[key][part] for key in keys]) for part in needed}
-
-
-def deduplicated_parts(keys, needed, compute):
-    """Parts for every window without a store: each distinct key is computed once."""
-    first_index = {}
-    inverse = np.fromiter((first_index.setdefault(key, len(first_index)) for key in keys),
-                          dtype=np.int64, count=len(keys))
-    if len(first_index) == len(keys):
-        return compute(np.arange(len(keys)), needed)
-    firsts = np.unique(inverse, return_index=True)[1]
-    return {part: values[inverse] for part, values in compute(firsts, needed).items()}
+    first = {}
+    inverse = np.fromiter((first.setdefault(key, len(first)) for key in keys), dtype=np.int64,
+                          count=len(keys))
+    distinct = list(first)
+    window_of = np.unique(inverse, return_index=True)[1]  # the first window of each
+    order = np.argsort(-np.asarray(lengths)[window_of], kind="stable")
+    chunk = CHUNK_BYTES // (4 * sum(layout.width for layout in layouts))
+    chunk = max(batch_size, chunk - chunk % batch_size)
+    # One set of buffers for every chunk: fresh memory for each would cost page faults.
+    buffers = [np.empty((min(chunk, len(order)), layout.width), dtype=np.float32)
+               for layout in layouts]
+    since = None if store is None else store.tick
+    features, all_kept = None, True
+    for start in range(0, len(order), chunk):
+        rows, hits = [], []
+        for row in order[start:start + chunk]:
+            names = [f"{distinct[row]}-{layout.tag}" for layout in layouts]
+            found = [None] if store is None else [store.get(name, since) for name in names]
+            if any(record is None for record in found):
+                rows.append(row)
+            else:
+                hits.append((row, found))
+        n_missing = len(rows)
+        rows += [row for row, _ in hits]
+        records = [buffer[:len(rows)] for buffer in buffers]
+        if n_missing:  # misses first, in length order, straight into the records
+            compute(window_of[rows[:n_missing]], [array[:n_missing] for array in records])
+        for index, (_, found) in enumerate(hits, start=n_missing):
+            for array, record in zip(records, found):
+                array[index] = record
+        for index in range(n_missing if store is not None else 0):
+            for layout, array in zip(layouts, records):
+                all_kept &= store.put(f"{distinct[rows[index]]}-{layout.tag}",
+                                      array[index].copy(), since)
+        if progress is not None:
+            progress.update(len(hits))
+        values = assemble(records)
+        if features is None:
+            features = np.empty((len(distinct), values.shape[1]), dtype=np.float32)
+        features[rows] = values
+    if not all_kept:
+        warnings.warn(
+            f"skbert's in-memory forward-pass cache is full ({MEMORY.max_bytes / 2**20:,.1f} MiB):"
+            " it keeps the texts that fit and encodes the others again on the next call. "
+            "Raise its budget with skbert.set_cache_limit(n_bytes), or keep every entry on disk "
+            "with cache='some/directory'.", RuntimeWarning, stacklevel=4)
+    return features if len(distinct) == len(keys) else features[inverse]

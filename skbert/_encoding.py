@@ -7,6 +7,7 @@ windows sorted by length, so each batch pads only to its own longest window,
 and results are written back in input order.
 """
 
+import copy
 import functools
 import threading
 import warnings
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from skbert._compat import install_output_hooks
 from skbert._features import compute_parts, layers_read
 
 
@@ -199,21 +201,30 @@ def _model_inputs(tokenizer, windows, batch, device):
     return inputs, tensor(windows.special_mask, 1)
 
 
-def forward_parts(model, tokenizer, windows, keys, batch_size, progress=None):
-    """Run the encoder over ``windows`` and return ``{part key: array}`` with one row per window.
+def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None, out=None):
+    """Run the encoder over ``windows``; return one records array per layout.
 
-    Hidden states of the inner layers are requested only when ``keys`` read
-    them. Parts are computed on the model's device and each batch crosses to
-    the CPU once, into arrays allocated up front. A batch that runs out of GPU
+    Each array has one row per window, in order, and ``layout.width`` float32
+    columns (see :class:`skbert._features.Layout`); ``out`` gives arrays of
+    that shape to write into instead of new ones. Only the encoder layers up
+    to the deepest one that ``layouts`` read run (:func:`shallow_view`), and
+    hidden states of the inner layers are requested only when they are read.
+    Records are computed on the model's device and each batch crosses to the
+    CPU once, into arrays allocated up front. A batch that runs out of GPU
     memory is split in two and retried, down to single windows, with a warning.
     """
     import torch
 
-    keys = sorted(keys, key=repr)
-    n_states = model.config.num_hidden_layers + 1
-    inner = bool(layers_read(keys) - {n_states - 1})
+    keys = set().union(*(layout.keys for layout in layouts))
+    read = layers_read(keys)
+    last = model.config.num_hidden_layers
+    deepest = last if ("pooler",) in keys or not read else max(read)
+    view = shallow_view(model, deepest)
+    top = deepest if view is not model else last  # the hidden state the view ends with
+    model, inner = view, bool(read - {top})
     device = next(model.parameters()).device
-    parts = {}
+    records = out or [np.empty((len(windows), layout.width), dtype=np.float32)
+                      for layout in layouts]
 
     def run(batch):
         inputs, special = _model_inputs(tokenizer, windows, batch, device)
@@ -230,24 +241,63 @@ def forward_parts(model, tokenizer, windows, keys, batch_size, progress=None):
             run(batch[:len(batch) // 2])
             run(batch[len(batch) // 2:])
             return
-        hidden = outputs.hidden_states if inner else {n_states - 1: outputs.last_hidden_state}
-        pooled = compute_parts(hidden, inputs["attention_mask"], special,
-                               getattr(outputs, "pooler_output", None), keys)
-        flat = torch.cat([pooled[key].reshape(len(batch), -1) for key in keys], dim=1)
-        flat = flat.cpu().numpy()
-        start = 0
-        for key in keys:
-            if key not in parts:
-                shape = (len(windows),) + tuple(pooled[key].shape[1:])
-                parts[key] = np.empty(shape, dtype=np.float32)
-            width = int(np.prod(parts[key].shape[1:]))
-            parts[key][batch] = flat[:, start:start + width].reshape((len(batch),) +
-                                                                     parts[key].shape[1:])
-            start += width
+        hidden = outputs.hidden_states if inner else {top: outputs.last_hidden_state}
+        pooler_output = getattr(outputs, "pooler_output", None)
+        rows = _as_slice(batch)
+        for layout, array in zip(layouts, records):
+            if rows is not None and device.type == "cpu":  # straight into the numpy rows
+                out = torch.from_numpy(array[rows])
+                compute_parts(hidden, inputs["attention_mask"], special, pooler_output, layout,
+                              out)
+            else:
+                array[batch] = compute_parts(hidden, inputs["attention_mask"], special,
+                                             pooler_output, layout).cpu().numpy()
         if progress is not None:
             progress.update(len(batch))
 
     with torch.inference_mode():
         for batch in length_sorted_batches(windows.lengths, batch_size):
             run(batch)
-    return parts
+    return records
+
+
+def _as_slice(indices):
+    """``indices`` as a slice when they are consecutive and ascending, else None."""
+    start, stop = int(indices[0]), int(indices[-1]) + 1
+    return slice(start, stop) if stop - start == len(indices) and (
+        np.diff(indices) == 1).all() else None
+
+
+# Where BERT-family models in transformers keep their list of layers when nothing runs after
+# it (no final norm), so that a model cut there returns the hidden states of the full one.
+_LAYER_LISTS = (("encoder", "layer"), ("transformer", "layer"))
+
+
+def shallow_view(model, n_layers):
+    """A view of ``model`` that runs only its first ``n_layers`` layers, sharing every weight.
+
+    The view is a shallow copy whose encoder holds the first layers of the
+    model's own layer list: nothing is copied, and the shared model is left as
+    it is (other threads and estimators may be using it). ``model`` itself is
+    returned when every layer is needed, or when its architecture keeps its
+    layers elsewhere (ALBERT shares one layer group, ModernBERT normalizes
+    after its last layer).
+    """
+    import torch
+
+    for owner_name, list_name in _LAYER_LISTS:
+        owner = getattr(model, owner_name, None)
+        layers = getattr(owner, list_name, None)
+        if (isinstance(layers, torch.nn.ModuleList)
+                and len(layers) == model.config.num_hidden_layers):
+            break
+    else:
+        return model
+    if n_layers >= len(layers):
+        return model
+    install_output_hooks(model)  # before the copy, which would otherwise install its own
+    view_owner = copy.copy(owner)
+    view_owner._modules = {**owner._modules, list_name: layers[:n_layers]}
+    view = copy.copy(model)
+    view._modules = {**model._modules, owner_name: view_owner}
+    return view

@@ -16,6 +16,8 @@ of several layers is not decomposable and has its own part,
 ``("max_of_mean", layers, special)`` (max of a sum is ``len(layers)`` times it).
 """
 
+import functools
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,54 +96,221 @@ def layers_read(keys):
     return layers
 
 
-def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, keys):
-    """Compute the parts named by ``keys`` for one batch.
+def _block(key):
+    """(kind, special) of a part key: the parts of one block are computed together."""
+    kind = key[0]
+    if kind in ("mean", "max", "max_of_mean"):
+        return kind, key[2]
+    return kind, key[1] if kind == "count" else None
+
+
+def _member(key):
+    """What tells the parts of one block apart: a layer, a tuple of layers, or nothing."""
+    kind = key[0]
+    if kind in ("count", "pooler"):
+        return ()
+    return key[1] if kind == "max_of_mean" else (key[1],)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each part lives in a window's *record*: one float32 row of ``width`` values.
+
+    Parts are grouped into blocks of one kind and mask (e.g. the means of every
+    layer over all tokens), each block a run of ``hidden_size``-wide vectors in
+    member order; a token count takes one value. Build one with :meth:`of`.
+    """
+
+    keys: tuple
+    hidden_size: int
+
+    @classmethod
+    def of(cls, keys, hidden_size):
+        """The layout of ``keys`` (any iterable of part keys) in canonical order."""
+        order = sorted(set(keys), key=lambda key: (key[0], repr(_block(key)[1]), _member(key)))
+        return cls(tuple(order), hidden_size)
+
+    @functools.cached_property
+    def slices(self):
+        """Part key -> column of the record: a slice, or an int for a token count."""
+        slices, start = {}, 0
+        for key in self.keys:
+            if key[0] == "count":
+                slices[key], start = start, start + 1
+            else:
+                slices[key] = slice(start, start + self.hidden_size)
+                start += self.hidden_size
+        return slices
+
+    @property
+    def width(self):
+        return sum(1 if key[0] == "count" else self.hidden_size for key in self.keys)
+
+    @functools.cached_property
+    def layers(self):
+        """The hidden-state layers the parts read, in order: the rows of the stacked states."""
+        return sorted(layers_read(self.keys))
+
+    @functools.cached_property
+    def averages(self):
+        """The layer tuples whose average is max-pooled, in order."""
+        return sorted({key[1] for key in self.keys if key[0] == "max_of_mean"})
+
+    @functools.cached_property
+    def selection(self):
+        """(averages, layers) float32 array: which stacked layers each average sums."""
+        selection = np.zeros((len(self.averages), len(self.layers)), dtype=np.float32)
+        for row, members in enumerate(self.averages):
+            selection[row, [self.layers.index(layer) for layer in members]] = 1.0
+        return selection
+
+    @functools.cached_property
+    def blocks(self):
+        """``{(kind, special): (first column, rows)}`` in record order.
+
+        ``rows`` are the block's members as rows of what it is computed from
+        (stacked layers, or averages), or None when it takes all of them in order.
+        """
+        members = {}
+        for key in self.keys:
+            members.setdefault(_block(key), []).append(key)
+        blocks = {}
+        for (kind, special), keys in members.items():
+            sources = self.averages if kind == "max_of_mean" else self.layers
+            rows = [sources.index(key[1]) for key in keys] if kind not in ("count", "pooler") \
+                else None
+            blocks[kind, special] = (self.slices[keys[0]] if kind == "count"
+                                     else self.slices[keys[0]].start,
+                                     None if rows == list(range(len(sources))) else rows)
+        return blocks
+
+    @functools.cached_property
+    def tag(self):
+        """A short hash of the layout, which tells records of different layouts apart."""
+        text = repr((self.keys, self.hidden_size)).encode()
+        return hashlib.blake2b(text, digest_size=6).hexdigest()
+
+    def parts(self, records, keys=None):
+        """``{part key: view}`` of ``records`` (n, width) for ``keys`` (default: all)."""
+        return {key: records[:, self.slices[key]] for key in (self.keys if keys is None else keys)
+                if key in self.slices}
+
+
+def _masked_max(values, mask, empty=0.0):
+    """Max over the tokens in ``mask`` (batch, tokens) of ``values`` (n, batch, tokens, dim).
+
+    Rows with an empty mask pool to ``empty``. The token positions that every row
+    keeps (in length-sorted batches, all but a few) are reduced on a view,
+    without masking; only the others are copied and masked. Adding -inf is
+    several times faster than a broadcast ``masked_fill_``.
+    """
+    import torch
+
+    everyone = mask.all(dim=0)
+    kept = everyone.nonzero().flatten()
+    start, stop = (int(kept[0]), int(kept[-1]) + 1) if len(kept) else (0, 0)
+    if stop - start != len(kept):  # not one run: mask them all
+        start = stop = 0
+    pooled = values[:, :, start:stop].amax(dim=2) if stop > start else None
+    ragged = mask.any(dim=0)
+    ragged[start:stop] = False
+    if ragged.any():
+        columns = ragged.nonzero().flatten()
+        part = values.index_select(2, columns) + torch.where(
+            mask[:, columns], 0.0, float("-inf"))[None, :, :, None]
+        part = part.amax(dim=2)
+        pooled = part if pooled is None else torch.maximum(pooled, part)
+    if pooled is None:
+        return values.new_full((values.shape[0], values.shape[1], values.shape[3]), empty)
+    return pooled.masked_fill_(~mask.any(dim=1)[None, :, None], empty)
+
+
+def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, layout, out=None):
+    """The records of one batch: every part of ``layout``, in a handful of tensor operations.
+
+    The layers read are stacked once, layer-major; then each kind of part is
+    one operation over all layers at once: [CLS] and final [SEP] by indexing,
+    masked means as one batched matmul for both masks, layer averages as one
+    matmul with a 0/1 selection matrix, and masked maxima as one reduction per
+    mask (:func:`_masked_max`). When every window's special tokens are its
+    first and last token (single texts), the max over all tokens is the max
+    over the text tokens and those two: one reduction less.
 
     Parameters
     ----------
     hidden_states : indexable by layer -> tensor (batch, tokens, dim)
-        Needs only the layers that ``keys`` read.
+        Needs only the layers that ``layout`` reads.
     attention_mask, special_mask : tensors (batch, tokens)
-        1 for real tokens; 1 for special tokens ([CLS], [SEP]).
+        1 for real tokens (right padded); 1 for special tokens ([CLS], [SEP]).
     pooler_output : tensor (batch, dim) or None
-    keys : iterable of part keys
+    layout : Layout
+    out : float32 tensor of shape (batch, layout.width), optional
+        Where to write the records (e.g. a view of a numpy array).
 
     Returns
     -------
-    dict mapping each key to a float32 tensor of shape (batch, dim), or (batch,)
-    for counts.
+    float32 tensor of shape (batch, layout.width), on the hidden states' device.
     """
-    from skbert import pooling  # imports torch, so not at module level
+    import torch
 
+    device = attention_mask.device
     masks = {True: attention_mask.bool()}
     masks[False] = masks[True] & ~special_mask.bool()
-    floats, sums = {}, {}
+    batch = attention_mask.shape[0]
+    rows = torch.arange(batch, device=device)
+    last = masks[True].sum(dim=1) - 1
+    specials = masks[True] & ~masks[False]
+    ends_only = bool((specials.sum(dim=1) == 2).all() and specials[:, 0].all()
+                     and specials[rows, last].all())
+    # (layers, batch, tokens, dim)
+    states = torch.stack([hidden_states[layer] for layer in layout.layers]).float() \
+        if layout.layers else None
+    blocks = layout.blocks
 
-    def layer(index):  # each layer cast to float32 once per batch
-        if index not in floats:
-            floats[index] = hidden_states[index].float()
-        return floats[index]
+    def masks_of(kind):
+        return sorted((special for block, special in blocks if block == kind), reverse=True)
 
-    def layer_sum(layers):  # sums of layer runs, reusing the run one layer shorter
-        if layers not in sums:
-            sums[layers] = layer(layers[0]) if len(layers) == 1 else (
-                layer_sum(layers[1:]) + layer(layers[0]))
-        return sums[layers]
+    def maxima(values, specials):  # {special: masked max over tokens of (n, batch, tokens, dim)}
+        if not ends_only:
+            return {special: _masked_max(values, masks[special]) for special in specials}
+        text = _masked_max(values, masks[False], empty=float("-inf"))
+        every = torch.maximum(torch.maximum(text, values[:, :, 0]), values[:, rows, last])
+        text.masked_fill_(~masks[False].any(dim=1)[None, :, None], 0.0)
+        return {True: every, False: text}
 
-    parts = {}
-    for key in sorted(keys, key=lambda key: len(key[1]) if key[0] == "max_of_mean" else 0):
-        kind = key[0]
+    vectors = {}  # block -> tensor (members, batch, dim)
+    for kind, special in blocks:
         if kind == "pooler":
-            parts[key] = pooler_output.float()
+            vectors[kind, special] = pooler_output.float()[None]
         elif kind == "count":
-            parts[key] = pooling.token_counts(masks[key[1]])
-        elif kind == "max_of_mean":
-            merged = layer_sum(key[1]) / len(key[1])
-            parts[key] = pooling.max_pooling(merged, masks[key[2]])
-        else:
-            mask = masks[key[2]] if len(key) == 3 else masks[True]
-            parts[key] = pooling.POOLINGS[kind](layer(key[1]), mask)
-    return parts
+            vectors[kind, special] = masks[special].sum(dim=1, dtype=torch.float32)[None, :, None]
+        elif kind == "cls":
+            vectors[kind, special] = states[:, :, 0]
+        elif kind == "last":
+            vectors[kind, special] = states[:, rows, last]
+    if specials := masks_of("mean"):
+        weights = torch.stack([masks[special] for special in specials], dim=1).float()
+        means = torch.matmul(weights[None], states) / (
+            weights.sum(dim=2).clamp(min=1.0)[None, :, :, None])
+        vectors.update({("mean", special): means[:, :, index]
+                        for index, special in enumerate(specials)})
+    if specials := masks_of("max_of_mean"):
+        selection = torch.from_numpy(layout.selection).to(device)
+        sums = selection @ states.reshape(len(layout.layers), -1)
+        pooled = maxima(sums.reshape(len(layout.averages), *states.shape[1:]), specials)
+        # The max of the averages is the max of the sums, divided after: fewer values.
+        sizes = selection.sum(dim=1)[:, None, None]
+        vectors.update({("max_of_mean", special): pooled[special] / sizes for special in specials})
+    if specials := masks_of("max"):
+        vectors.update({("max", special): values
+                        for special, values in maxima(states, specials).items()})
+
+    out = torch.empty(batch, layout.width, device=device) if out is None else out
+    for block, (start, members) in blocks.items():
+        values = vectors[block] if members is None else vectors[block][members]
+        width = values.shape[0] * values.shape[2]
+        out[:, start:start + width].view(batch, *values.shape[::2]).copy_(values.transpose(0, 1))
+    return out
 
 
 def _merge(vectors, how):

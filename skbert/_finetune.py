@@ -29,7 +29,7 @@ from skbert import _loading, _persistence, _training
 from skbert._base import EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import _model_inputs, forward_parts, tokenize
-from skbert._features import Extraction, assemble, n_features, parts_needed
+from skbert._features import Extraction, Layout, assemble, n_features, parts_needed
 from skbert._validation import check_texts
 
 
@@ -182,10 +182,10 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         """The head's input for ``windows``: pooled features, float32 numpy, in order."""
         model.eval()
         extraction = self._extraction()
+        layout = Layout.of(parts_needed(extraction), model.config.hidden_size)
         with _training.autocast(device, self.dtype):
-            parts = forward_parts(model, self.tokenizer_, windows, parts_needed(extraction),
-                                  self.batch_size)
-        return assemble(parts, extraction)
+            (records,) = forward_parts(model, self.tokenizer_, windows, [layout], self.batch_size)
+        return assemble(layout.parts(records), extraction)
 
     def transform(self, X):
         """Pooled features of the fine-tuned encoder: the input of the linear head.

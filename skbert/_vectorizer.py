@@ -14,6 +14,7 @@ from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import forward_parts, text_budget, tokenize
 from skbert._features import (
     Extraction,
+    Layout,
     assemble,
     merge_windows,
     n_features,
@@ -237,28 +238,40 @@ default="mean"
         model = self._model_on(_loading.resolve_device(self.device))
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
                            self.stride)
-        features = assemble(self._parts(model, windows, parts_needed(extraction)), extraction)
+        features = self._window_features(model, windows, extraction)
         features = merge_windows(features, windows.owner, windows.n_text_tokens,
                                  self.chunk_pooling)
         return normalize(features, norm=self.norm, copy=False) if self.norm else features
 
-    def _parts(self, model, windows, needed):
-        """Parts for every window: from the cache, or from forward passes of the misses only."""
+    def _window_features(self, model, windows, extraction):
+        """Features of every window: from the cache, or from forward passes of the misses only."""
         from tqdm.auto import tqdm
 
-        def compute(indices, wanted):
-            with tqdm(total=len(indices), desc="BertVectorizer", unit="window",
-                      disable=not self.verbose) as progress:
-                return forward_parts(model, self.tokenizer_, windows.subset(indices), wanted,
-                                     self.batch_size, progress)
-
-        keys = _cache.window_keys(windows, self._fingerprint, self.dtype)
+        needed = parts_needed(extraction)
+        hidden_size = model.config.hidden_size
         if self.cache is False:
-            return _cache.deduplicated_parts(keys, needed, compute)
-        store = _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
-        has_pooler = getattr(model, "pooler", None) is not None
-        wanted = needed | parts_for_cache(self.n_layers_, has_pooler)
-        return _cache.cached_parts(store, keys, needed, wanted, compute)
+            store, layouts = None, [Layout.of(needed, hidden_size)]
+        else:
+            store = _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
+            has_pooler = getattr(model, "pooler", None) is not None
+            layouts = [Layout.of(parts_for_cache(self.n_layers_, has_pooler), hidden_size)]
+            if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
+                layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
+        keys = _cache.window_keys(windows, self._fingerprint, self.dtype)
+        with tqdm(total=len(set(keys)), desc="BertVectorizer", unit="window",
+                  disable=not self.verbose) as progress:
+            def compute(indices, out):
+                forward_parts(model, self.tokenizer_, windows.subset(indices), layouts,
+                              self.batch_size, progress, out)
+
+            def assembled(records):
+                parts = {}
+                for layout, array in zip(layouts, records):
+                    parts.update(layout.parts(array, needed))
+                return assemble(parts, extraction)
+
+            return _cache.window_features(store, keys, windows.lengths, layouts, compute,
+                                          assembled, self.batch_size, progress)
 
     def _extraction(self):
         """The extraction setting, with layers checked against the model."""

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import skbert
-from skbert import BertVectorizer, _loading
+from skbert import BertVectorizer, _encoding, _loading
 from skbert._encoding import length_sorted_batches, tokenize
+from tests.reference import reference_features
 
 
 def test_batches_respect_batch_size_and_token_budget():
@@ -116,3 +117,43 @@ def test_tokenizing_in_slices_changes_nothing(tiny_model_dir, texts, truncation,
         assert (sliced_rows is None if rows is None
                 else list(map(list, sliced_rows)) == list(map(list, rows))), name
     np.testing.assert_array_equal(vectorizer.transform(inputs), features)
+
+
+def record_layer_calls(model):
+    """Indices of the encoder layers that run, in order, appended to a list."""
+    calls = []
+    for index, module in enumerate(model.encoder.layer):
+        module.register_forward_pre_hook(lambda module, args, index=index: calls.append(index))
+    return calls
+
+
+@pytest.mark.parametrize("layer", [0, 1, -2, [0, 1], [0, -2], -1, "all"])
+def test_the_encoder_stops_at_the_deepest_layer_read(private, texts, layer, monkeypatch):
+    calls = record_layer_calls(private.model_)
+    shallow = private.set_params(layer=layer, pooling="mean_max").transform(texts)
+    deepest = max(private._extraction().layers)
+    assert set(calls) == set(range(deepest))
+    assert len(private.model_.encoder.layer) == 2  # the shared model is left as it is
+    calls.clear()
+    monkeypatch.setattr(_encoding, "shallow_view", lambda model, n_layers: model)
+    np.testing.assert_allclose(shallow, private.transform(texts), rtol=0, atol=1e-6)
+    assert set(calls) == {0, 1}
+
+
+def test_the_cache_and_the_pooler_read_the_last_layer(private, texts):
+    calls = record_layer_calls(private.model_)
+    skbert.clear_cache()
+    private.set_params(layer=0, cache=True).transform(texts)
+    skbert.clear_cache()
+    assert set(calls) == {0, 1}
+    calls.clear()
+    private.set_params(pooling="pooler", layer=-1, cache=False).transform(texts)
+    assert set(calls) == {0, 1}
+
+
+def test_a_shallow_pass_first_leaves_later_full_passes_right(private, texts):
+    """transformers records hidden states with hooks on the layers: never installed twice."""
+    private.set_params(layer=[0, 1]).transform(texts)  # the first call: a shallow view
+    got = private.set_params(layer="all").transform(texts)
+    expected = reference_features(private.model, texts, layer="all")
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)

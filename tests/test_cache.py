@@ -159,16 +159,17 @@ def test_keys_change_with_weights_max_length_and_dtype(tiny_model_dir):
     assert len(_cache.MEMORY) == n_entries + 3 and not np.allclose(changed, base)
 
 
-def test_memory_budget_is_honoured(counted, texts):
+def test_memory_budget_is_honoured_across_calls(counted, texts):
     vectorizer, counter = counted
     vectorizer.transform(texts[:1])
     one_entry = _cache.MEMORY.n_bytes
     previous = skbert.set_cache_limit(3 * one_entry)
     try:
-        vectorizer.transform(texts)
+        vectorizer.transform(texts[:3])
+        vectorizer.transform(texts[3:6])  # evicts the three entries of the earlier calls
         assert len(_cache.MEMORY) == 3 and _cache.MEMORY.n_bytes <= 3 * one_entry
         before = counter["rows"]
-        vectorizer.transform(texts[-3:])  # the most recently used: still there
+        vectorizer.transform(texts[3:6])
         assert counter["rows"] == before
         vectorizer.transform(texts[:1])  # evicted: encoded again
         assert counter["rows"] == before + 1
@@ -176,30 +177,82 @@ def test_memory_budget_is_honoured(counted, texts):
         skbert.set_cache_limit(previous)
 
 
-def test_directory_cache_serves_a_second_process(tiny_model_dir, tmp_path, texts):
+def test_a_call_larger_than_the_budget_keeps_what_fits_and_warns(counted, texts):
+    vectorizer, counter = counted
+    vectorizer.transform(texts[:1])
+    one_entry = _cache.MEMORY.n_bytes
+    previous = skbert.set_cache_limit(3 * one_entry)
+    try:
+        with pytest.warns(RuntimeWarning, match=r"cache is full .*skbert\.set_cache_limit"
+                                                r".*cache='some/directory'"):
+            expected = vectorizer.transform(texts)
+        assert len(_cache.MEMORY) == 3 and _cache.MEMORY.n_bytes <= 3 * one_entry
+        before = counter["rows"]
+        with pytest.warns(RuntimeWarning, match="cache is full"):
+            again = vectorizer.transform(texts)  # misses batched otherwise: rounding may differ
+        np.testing.assert_allclose(again, expected, rtol=0, atol=1e-6)
+        assert counter["rows"] == before + len(texts) - 3  # no thrashing: three still hit
+    finally:
+        skbert.set_cache_limit(previous)
+
+
+def forward_rows_in_a_new_process(model_dir, cache, texts, out):
+    """Rows through the encoder when a fresh process transforms ``texts``; features to ``out``."""
     script = textwrap.dedent(f"""
         import numpy as np
         from skbert import BertVectorizer
         rows = []
-        vectorizer = BertVectorizer({tiny_model_dir!r}, cache={str(tmp_path / 'cache')!r}).fit()
+        vectorizer = BertVectorizer({model_dir!r}, cache={str(cache)!r}).fit()
         vectorizer.model_.register_forward_pre_hook(
             lambda m, a, k: rows.append(k["input_ids"].shape[0]), with_kwargs=True)
-        np.save({str(tmp_path)!r} + "/out.npy", vectorizer.transform({texts!r}))
+        np.save({str(out)!r}, vectorizer.transform({texts!r}))
         print(sum(rows))
     """)
-    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-            for _ in range(2)]
-    assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr[-2000:]
-    assert [int(run.stdout.split()[-1]) for run in runs] == [len(texts), 0]
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return int(run.stdout.split()[-1])
+
+
+def test_directory_cache_serves_a_second_process(tiny_model_dir, tmp_path, texts):
+    runs = [forward_rows_in_a_new_process(tiny_model_dir, tmp_path / "cache", texts,
+                                          tmp_path / "out.npy") for _ in range(2)]
+    assert runs == [len(texts), 0]
     expected = BertVectorizer(tiny_model_dir, cache=False).fit().transform(texts)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), expected, rtol=0, atol=1e-6)
+
+
+def test_directory_cache_writes_what_memory_served(tiny_model_dir, tmp_path, texts):
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    expected = vectorizer.transform(texts)  # in memory only
+    served = vectorizer.set_params(cache=str(tmp_path / "cache")).transform(texts)
+    np.testing.assert_array_equal(served, expected)
+    assert forward_rows_in_a_new_process(tiny_model_dir, tmp_path / "cache", texts,
+                                         tmp_path / "out.npy") == 0
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+
+
+def test_chunks_mix_hits_misses_and_duplicates(counted, texts, monkeypatch):
+    vectorizer, counter = counted
+    expected = BertVectorizer(vectorizer.model, cache=False).fit().transform(texts)
+    vectorizer.transform(texts[::2])
+    monkeypatch.setattr(_cache, "CHUNK_BYTES", 1)  # one window per chunk
+    got = vectorizer.set_params(batch_size=1).transform(texts + texts[::-1])
+    assert counter["rows"] == len(texts)
+    np.testing.assert_allclose(got, np.vstack([expected, expected[::-1]]), rtol=0, atol=1e-6)
+
+
+def test_a_rarer_multi_layer_max_on_a_cold_cache_takes_one_pass(counted, texts):
+    vectorizer, counter = counted
+    vectorizer.set_params(pooling="max", layer=[0, 1]).transform(texts)
+    vectorizer.set_params(pooling="mean", layer=-1).transform(texts)
+    assert counter["rows"] == len(texts)
 
 
 def test_damaged_disk_entries_are_recomputed_never_served(counted, tmp_path, texts):
     vectorizer, counter = counted
     vectorizer.set_params(cache=str(tmp_path))
     expected = vectorizer.transform(texts)
-    files = sorted(tmp_path.rglob("*.npz"))
+    files = sorted(tmp_path.rglob("*.f32"))
     assert len(files) == len(texts)
     for index, path in enumerate(files):
         data = bytearray(path.read_bytes())

@@ -1,0 +1,92 @@
+"""Records: every part of a layout in a handful of tensor operations, checked part by part."""
+
+import numpy as np
+import pytest
+import torch
+
+from skbert import pooling
+from skbert._features import Layout, compute_parts, parts_for_cache
+
+
+@pytest.fixture(params=["single texts", "text pairs"])
+def batch(request):
+    """Hidden states of 4 layers for 5 right-padded windows, one of them without text tokens.
+
+    Single texts have special tokens at both ends only, pairs one more in the middle.
+    """
+    generator = torch.Generator().manual_seed(0)
+    n_layers, n_windows, n_tokens, dim = 4, 5, 9, 8
+    hidden = [torch.randn(n_windows, n_tokens, dim, generator=generator) for _ in range(n_layers)]
+    lengths = torch.tensor([9, 3, 2, 7, 5])
+    attention = (torch.arange(n_tokens)[None] < lengths[:, None]).long()
+    special = torch.zeros_like(attention)
+    special[:, 0] = 1
+    special[torch.arange(n_windows), lengths - 1] = 1
+    if request.param == "text pairs":
+        special[[0, 3, 4], [4, 3, 2]] = 1
+    pooler_output = torch.randn(n_windows, dim, generator=generator)
+    return hidden, attention, special, pooler_output
+
+
+def expected_part(key, hidden, attention, special, pooler_output):
+    """One part computed on its own with the public pooling functions."""
+    masks = {True: attention.bool(), False: attention.bool() & ~special.bool()}
+    kind = key[0]
+    if kind == "pooler":
+        return pooler_output
+    if kind == "count":
+        return pooling.token_counts(masks[key[1]])
+    if kind == "max_of_mean":
+        merged = pooling.combine_layers([hidden[layer] for layer in key[1]], "mean")
+        return pooling.max_pooling(merged, masks[key[2]])
+    if kind in ("cls", "last"):
+        return pooling.POOLINGS[kind](hidden[key[1]], attention)
+    return pooling.POOLINGS[kind](hidden[key[1]], masks[key[2]])
+
+
+def test_cache_layout_record_holds_every_part(batch):
+    keys = parts_for_cache(4, has_pooler=True) | {("max_of_mean", (0, 2), False)}
+    layout = Layout.of(keys, hidden_size=8)
+    records = compute_parts(*batch[:3], batch[3], layout).numpy()
+    assert records.shape == (5, layout.width) and records.dtype == np.float32
+    parts = layout.parts(records)
+    assert set(parts) == keys
+    for key, values in parts.items():
+        np.testing.assert_allclose(values, expected_part(key, *batch).numpy(), rtol=0, atol=1e-6,
+                                   err_msg=repr(key))
+
+
+def test_a_window_without_text_tokens_pools_to_zeros(batch):
+    hidden, attention, special, pooler_output = batch  # window 2: [CLS] [SEP] only
+    layout = Layout.of({("mean", 1, False), ("max", 1, False), ("max_of_mean", (1, 2), False)}, 8)
+    records = compute_parts(hidden, attention, special, pooler_output, layout).numpy()
+    np.testing.assert_array_equal(records[2], 0.0)
+    assert np.isfinite(records).all()
+
+
+def test_a_smaller_layout_gives_the_same_values(batch):
+    full = Layout.of(parts_for_cache(4, has_pooler=True), 8)
+    small = Layout.of({("mean", 2, False), ("max", 1, True), ("cls", 3), ("count", True)}, 8)
+    everything = full.parts(compute_parts(*batch[:3], batch[3], full).numpy())
+    few = small.parts(compute_parts(*batch[:3], None, small).numpy())
+    for key, values in few.items():
+        np.testing.assert_allclose(values, everything[key], rtol=0, atol=1e-6)
+
+
+def test_layout_is_canonical_and_tagged():
+    keys = [("mean", 1, True), ("cls", 0), ("count", False), ("mean", 0, True)]
+    layout = Layout.of(keys, 4)
+    assert layout == Layout.of(reversed(keys), 4) and layout.tag == Layout.of(keys, 4).tag
+    assert layout.width == 3 * 4 + 1
+    assert layout.tag != Layout.of(keys, 8).tag
+    assert [key for key in layout.keys if key[0] == "mean"] == [("mean", 0, True),
+                                                                 ("mean", 1, True)]
+
+
+def test_compute_parts_leaves_the_hidden_states_alone(batch):
+    hidden, attention, special, pooler_output = batch
+    before = [h.clone() for h in hidden]
+    compute_parts(hidden, attention, special, pooler_output,
+                  Layout.of(parts_for_cache(4, has_pooler=True), 8))
+    for original, now in zip(before, hidden):
+        torch.testing.assert_close(now, original, rtol=0, atol=0)
