@@ -89,11 +89,17 @@ default="mean"
         within one call are still encoded once). An entry holds pooled
         statistics of every layer rather than token states, so any ``layer``,
         ``layer_combine``, ``pooling``, ``include_special_tokens`` or ``norm``
-        is served from it; it costs ``(8 * n_layers_ + 2 * (n_layers_ + 1)) *
-        hidden_size * 4`` bytes per text (about 90 KB for all-MiniLM-L6-v2,
-        330 KB for BERT-base). Max pooling over a mean or sum of several layers
+        is served from it; it costs ``(6 * n_layers_ + 2 * (n_layers_ + 1) +
+        1) * hidden_size * 4`` bytes per text (91 KB for all-MiniLM-L6-v2,
+        329 KB for BERT-base). Max pooling over a mean or sum of several layers
         is stored for the usual choices (the last k layers, first + last);
         another such combination costs one more forward pass on first use.
+        A call never holds more than a few MB of entries besides the store;
+        when its texts outgrow the budget, the store keeps those that fit and
+        warns. Filling the cache costs a few percent of the forward pass.
+        With ``cache=False`` the encoder stops after the deepest layer the
+        setting reads (``layer=-2`` on a 6-layer model runs 5 layers); the
+        cache runs every layer, since its entries serve every setting.
     persist_weights : bool, default=True
         Whether pickles carry the weights and tokenizer (self-contained, loads
         anywhere offline). ``False`` pickles only a reference, well under 1 MB:
