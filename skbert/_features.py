@@ -96,6 +96,10 @@ def layers_read(keys):
     return layers
 
 
+# Record order of the kinds: token counts last, so that the vectors form one run.
+_KINDS = ("cls", "last", "mean", "max", "max_of_mean", "pooler", "count")
+
+
 def _block(key):
     """(kind, special) of a part key: the parts of one block are computed together."""
     kind = key[0]
@@ -127,7 +131,8 @@ class Layout:
     @classmethod
     def of(cls, keys, hidden_size):
         """The layout of ``keys`` (any iterable of part keys) in canonical order."""
-        order = sorted(set(keys), key=lambda key: (key[0], repr(_block(key)[1]), _member(key)))
+        order = sorted(set(keys), key=lambda key: (_KINDS.index(key[0]), repr(_block(key)[1]),
+                                                   _member(key)))
         return cls(tuple(order), hidden_size)
 
     @functools.cached_property
@@ -228,13 +233,15 @@ def _masked_max(values, mask, empty=0.0):
 def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, layout, out=None):
     """The records of one batch: every part of ``layout``, in a handful of tensor operations.
 
-    The layers read are stacked once, layer-major; then each kind of part is
-    one operation over all layers at once: [CLS] and final [SEP] by indexing,
-    masked means as one batched matmul for both masks, layer averages as one
-    matmul with a 0/1 selection matrix, and masked maxima as one reduction per
-    mask (:func:`_masked_max`). When every window's special tokens are its
-    first and last token (single texts), the max over all tokens is the max
-    over the text tokens and those two: one reduction less.
+    The layers read are stacked once, layer-major, and the sums of the layer
+    averages that max pooling reads are written below them by one matmul with
+    a 0/1 selection matrix. Then each kind of part is one operation over all
+    layers at once: [CLS] and final [SEP] by indexing, masked means as one
+    batched matmul for both masks, and masked maxima of layers and averages
+    together as one reduction per mask (:func:`_masked_max`). When every
+    window's special tokens are its first and last token (single texts), the
+    max over all tokens is the max over the text tokens and those two: one
+    reduction less. The vectors reach the record in one ``cat``.
 
     Parameters
     ----------
@@ -256,61 +263,78 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     device = attention_mask.device
     masks = {True: attention_mask.bool()}
     masks[False] = masks[True] & ~special_mask.bool()
-    batch = attention_mask.shape[0]
+    batch, n_tokens = attention_mask.shape
     rows = torch.arange(batch, device=device)
     last = masks[True].sum(dim=1) - 1
     specials = masks[True] & ~masks[False]
     ends_only = bool((specials.sum(dim=1) == 2).all() and specials[:, 0].all()
                      and specials[rows, last].all())
-    # (layers, batch, tokens, dim)
-    states = torch.stack([hidden_states[layer] for layer in layout.layers]).float() \
-        if layout.layers else None
+    n_layers, n_averages = len(layout.layers), len(layout.averages)
     blocks = layout.blocks
+    # (layers + averages, batch, tokens, dim): the layers read, then the sums of the averages.
+    stacked = torch.empty((n_layers + n_averages, batch, n_tokens, layout.hidden_size),
+                          device=device)
+    states = stacked[:n_layers]
+    if n_layers:
+        torch.stack([hidden_states[layer].float() for layer in layout.layers], out=states)
+    if n_averages:
+        selection = torch.from_numpy(layout.selection).to(device)
+        torch.mm(selection, states.reshape(n_layers, -1), out=stacked[n_layers:].view(
+            n_averages, -1))
 
     def masks_of(kind):
         return sorted((special for block, special in blocks if block == kind), reverse=True)
 
-    def maxima(values, specials):  # {special: masked max over tokens of (n, batch, tokens, dim)}
-        if not ends_only:
-            return {special: _masked_max(values, masks[special]) for special in specials}
-        text = _masked_max(values, masks[False], empty=float("-inf"))
-        every = torch.maximum(torch.maximum(text, values[:, :, 0]), values[:, rows, last])
-        text.masked_fill_(~masks[False].any(dim=1)[None, :, None], 0.0)
-        return {True: every, False: text}
-
     vectors = {}  # block -> tensor (members, batch, dim)
-    for kind, special in blocks:
-        if kind == "pooler":
-            vectors[kind, special] = pooler_output.float()[None]
-        elif kind == "count":
-            vectors[kind, special] = masks[special].sum(dim=1, dtype=torch.float32)[None, :, None]
-        elif kind == "cls":
-            vectors[kind, special] = states[:, :, 0]
-        elif kind == "last":
-            vectors[kind, special] = states[:, rows, last]
     if specials := masks_of("mean"):
         weights = torch.stack([masks[special] for special in specials], dim=1).float()
         means = torch.matmul(weights[None], states) / (
             weights.sum(dim=2).clamp(min=1.0)[None, :, :, None])
         vectors.update({("mean", special): means[:, :, index]
                         for index, special in enumerate(specials)})
-    if specials := masks_of("max_of_mean"):
-        selection = torch.from_numpy(layout.selection).to(device)
-        sums = selection @ states.reshape(len(layout.layers), -1)
-        pooled = maxima(sums.reshape(len(layout.averages), *states.shape[1:]), specials)
+    if specials := sorted(set(masks_of("max")) | set(masks_of("max_of_mean")), reverse=True):
         # The max of the averages is the max of the sums, divided after: fewer values.
-        sizes = selection.sum(dim=1)[:, None, None]
-        vectors.update({("max_of_mean", special): pooled[special] / sizes for special in specials})
-    if specials := masks_of("max"):
-        vectors.update({("max", special): values
-                        for special, values in maxima(states, specials).items()})
+        first = 0 if masks_of("max") else n_layers
+        maxima = _maxima(stacked[first:], masks, specials, rows, last, ends_only)
+        sizes = torch.from_numpy(layout.selection).to(device).sum(dim=1)[:, None, None]
+        for special, values in maxima.items():
+            vectors["max", special] = values[:n_layers - first]
+            vectors["max_of_mean", special] = values[n_layers - first:] / sizes
+    for kind, special in blocks:
+        if kind == "cls":
+            vectors[kind, special] = states[:, :, 0]
+        elif kind == "last":
+            vectors[kind, special] = states[:, rows, last]
+        elif kind == "pooler":
+            vectors[kind, special] = pooler_output.float()[None]
 
     out = torch.empty(batch, layout.width, device=device) if out is None else out
-    for block, (start, members) in blocks.items():
-        values = vectors[block] if members is None else vectors[block][members]
-        width = values.shape[0] * values.shape[2]
-        out[:, start:start + width].view(batch, *values.shape[::2]).copy_(values.transpose(0, 1))
+    parts = [(vectors[block] if members is None else vectors[block][members]).transpose(0, 1)
+             for block, (_, members) in blocks.items() if block[0] != "count"]
+    n_vectors = sum(part.shape[1] for part in parts)
+    width = n_vectors * layout.hidden_size
+    if parts:
+        torch.cat(parts, dim=1, out=out[:, :width].view(batch, n_vectors, layout.hidden_size))
+    counts = masks_of("count")
+    if counts:  # last in the record, in mask order False, True
+        out[:, width:] = torch.stack([masks[special].sum(dim=1, dtype=torch.float32)
+                                      for special in sorted(counts)], dim=1)
     return out
+
+
+def _maxima(values, masks, specials, rows, last, ends_only):
+    """``{special: masked max over tokens}`` of ``values`` (n, batch, tokens, dim)."""
+    import torch
+
+    if not ends_only:
+        return {special: _masked_max(values, masks[special]) for special in specials}
+    text = _masked_max(values, masks[False], empty=float("-inf"))
+    maxima = {}
+    if True in specials:
+        maxima[True] = torch.maximum(torch.maximum(text, values[:, :, 0]), values[:, rows, last])
+    if False in specials:
+        maxima[False] = text.masked_fill_(~masks[False].any(dim=1)[None, :, None], 0.0)
+    return maxima
 
 
 def _merge(vectors, how):
