@@ -4,10 +4,12 @@ A forward pass is summarized into *parts*: small pooled statistics keyed by
 what they are, e.g. ``("mean", 3, True)`` is layer 3's mean over all tokens,
 special tokens included. :func:`parts_needed` says which parts one extraction
 setting reads, :func:`compute_parts` computes parts from hidden states (on the
-model's device), and :func:`assemble` turns parts into features. The uncached
-path computes just the parts its setting needs; the cache stores
-:func:`parts_for_cache` so that any later setting is served without another
-forward pass. Both go through :func:`assemble`, so they agree to the bit.
+model's device) into one float32 *record* per window laid out by a
+:class:`Layout`, and :func:`assemble` turns parts into features. The uncached
+path computes just the parts its setting needs; the cache stores the record
+of :func:`parts_for_cache` so that any later setting is served without another
+forward pass. Both compute with the same operations and go through
+:func:`assemble`, so they agree to float32 rounding (tested within 1e-6).
 
 Token vectors are merged across layers *before* pooling (``layer_combine``
 defines one token vector). For every pooling but max this equals merging the
@@ -171,10 +173,11 @@ class Layout:
 
     @functools.cached_property
     def blocks(self):
-        """``{(kind, special): (first column, rows)}`` in record order.
+        """``{(kind, special): rows}`` in record order.
 
         ``rows`` are the block's members as rows of what it is computed from
-        (stacked layers, or averages), or None when it takes all of them in order.
+        (the stacked layers, or the averages), or None when it takes all of
+        them in order or has no members (token counts, pooler).
         """
         members = {}
         for key in self.keys:
@@ -182,11 +185,8 @@ class Layout:
         blocks = {}
         for (kind, special), keys in members.items():
             sources = self.averages if kind == "max_of_mean" else self.layers
-            rows = [sources.index(key[1]) for key in keys] if kind not in ("count", "pooler") \
-                else None
-            blocks[kind, special] = (self.slices[keys[0]] if kind == "count"
-                                     else self.slices[keys[0]].start,
-                                     None if rows == list(range(len(sources))) else rows)
+            rows = [sources.index(key[1]) for key in keys] if _member(keys[0]) else None
+            blocks[kind, special] = None if rows == list(range(len(sources))) else rows
         return blocks
 
     @functools.cached_property
@@ -267,8 +267,7 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     rows = torch.arange(batch, device=device)
     last = masks[True].sum(dim=1) - 1
     specials = masks[True] & ~masks[False]
-    ends_only = bool((specials.sum(dim=1) == 2).all() and specials[:, 0].all()
-                     and specials[rows, last].all())
+    ends_only = bool(((specials.sum(dim=1) == 2) & specials[:, 0] & specials[rows, last]).all())
     n_layers, n_averages = len(layout.layers), len(layout.averages)
     blocks = layout.blocks
     # (layers + averages, batch, tokens, dim): the layers read, then the sums of the averages.
@@ -309,8 +308,8 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
             vectors[kind, special] = pooler_output.float()[None]
 
     out = torch.empty(batch, layout.width, device=device) if out is None else out
-    parts = [(vectors[block] if members is None else vectors[block][members]).transpose(0, 1)
-             for block, (_, members) in blocks.items() if block[0] != "count"]
+    parts = [(vectors[block] if rows is None else vectors[block][rows]).transpose(0, 1)
+             for block, rows in blocks.items() if block[0] != "count"]
     n_vectors = sum(part.shape[1] for part in parts)
     width = n_vectors * layout.hidden_size
     if parts:
@@ -323,17 +322,30 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
 
 
 def _maxima(values, masks, specials, rows, last, ends_only):
-    """``{special: masked max over tokens}`` of ``values`` (n, batch, tokens, dim)."""
+    """``{special: masked max over tokens}`` of ``values`` (n, batch, tokens, dim).
+
+    With special tokens at the ends only (single texts), row ``i``'s text
+    tokens are positions 1 to ``last[i] - 1``: the positions every row has as
+    text are one slice, reduced as it is, and the few that only the longer
+    rows have are masked; the max over all tokens adds the two ends.
+    """
     import torch
 
     if not ends_only:
         return {special: _masked_max(values, masks[special]) for special in specials}
-    text = _masked_max(values, masks[False], empty=float("-inf"))
+    shortest, longest = (int(value) for value in torch.aminmax(last))
+    text = values[:, :, 1:shortest].amax(dim=2) if shortest > 1 else values.new_full(
+        (values.shape[0], values.shape[1], values.shape[3]), float("-inf"))
+    if longest > shortest:
+        positions = torch.arange(shortest, longest, device=last.device)
+        ragged = values[:, :, shortest:longest] + torch.where(
+            positions < last[:, None], 0.0, float("-inf"))[None, :, :, None]
+        text = torch.maximum(text, ragged.amax(dim=2))
     maxima = {}
     if True in specials:
         maxima[True] = torch.maximum(torch.maximum(text, values[:, :, 0]), values[:, rows, last])
-    if False in specials:
-        maxima[False] = text.masked_fill_(~masks[False].any(dim=1)[None, :, None], 0.0)
+    if False in specials:  # windows without text tokens ([CLS] [SEP]) pool to zeros
+        maxima[False] = text if shortest > 1 else text.masked_fill_((last < 2)[None, :, None], 0.0)
     return maxima
 
 

@@ -8,24 +8,29 @@ from skbert import pooling
 from skbert._features import Layout, compute_parts, parts_for_cache
 
 
-@pytest.fixture(params=["single texts", "text pairs"])
-def batch(request):
-    """Hidden states of 4 layers for 5 right-padded windows, one of them without text tokens.
+def make_batch(kind):
+    """Hidden states of 4 layers for 5 right-padded windows, one without text tokens.
 
-    Single texts have special tokens at both ends only, pairs one more in the middle.
+    Single texts have special tokens at both ends only, pairs one more in the
+    middle; "none empty" gives the window without text tokens one more token.
     """
     generator = torch.Generator().manual_seed(0)
     n_layers, n_windows, n_tokens, dim = 4, 5, 9, 8
     hidden = [torch.randn(n_windows, n_tokens, dim, generator=generator) for _ in range(n_layers)]
-    lengths = torch.tensor([9, 3, 2, 7, 5])
+    lengths = torch.tensor([9, 3, 3 if kind.endswith("none empty") else 2, 7, 5])
     attention = (torch.arange(n_tokens)[None] < lengths[:, None]).long()
     special = torch.zeros_like(attention)
     special[:, 0] = 1
     special[torch.arange(n_windows), lengths - 1] = 1
-    if request.param == "text pairs":
+    if kind == "text pairs":
         special[[0, 3, 4], [4, 3, 2]] = 1
     pooler_output = torch.randn(n_windows, dim, generator=generator)
     return hidden, attention, special, pooler_output
+
+
+@pytest.fixture(params=["single texts", "text pairs", "single texts, none empty"])
+def batch(request):
+    return make_batch(request.param)
 
 
 def expected_part(key, hidden, attention, special, pooler_output):
@@ -56,8 +61,9 @@ def test_cache_layout_record_holds_every_part(batch):
                                    err_msg=repr(key))
 
 
-def test_a_window_without_text_tokens_pools_to_zeros(batch):
-    hidden, attention, special, pooler_output = batch  # window 2: [CLS] [SEP] only
+@pytest.mark.parametrize("kind", ["single texts", "text pairs"])
+def test_a_window_without_text_tokens_pools_to_zeros(kind):
+    hidden, attention, special, pooler_output = make_batch(kind)  # window 2: [CLS] [SEP]
     layout = Layout.of({("mean", 1, False), ("max", 1, False), ("max_of_mean", (1, 2), False)}, 8)
     records = compute_parts(hidden, attention, special, pooler_output, layout).numpy()
     np.testing.assert_array_equal(records[2], 0.0)
