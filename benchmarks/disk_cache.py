@@ -5,13 +5,14 @@ N distinct SST-2 train sentences (default 10,000), mean pooling + L2:
 
 1. ``cache=False``: every text through the encoder (the cost a cache saves);
 2. ``cache=DIR`` on an empty directory: the encoder plus one file per window;
-3. ``cache=DIR`` again (the directory warm, memory empty): reads only.
+3. ``cache=DIR`` again (the directory warm, memory empty): reads only, after
+   dropping the operating system's page cache where that is allowed (root),
+   so that the files come from the disk;
+4. the same again, the files now in the page cache.
 
 Prints wall time of each transform, rows through the encoder, files and bytes
 per entry (apparent size, and blocks on disk), and the largest difference
-between the outputs. The files of step 3 come from the operating system's page
-cache when they were written moments before: the figure also says whether the
-page cache could be dropped first (root only) for a read from disk.
+between the outputs.
 
 Run: ``python benchmarks/disk_cache.py [--n-texts 10000]``
 """
@@ -74,8 +75,9 @@ def main():
         results = {}
         for step, cache in (("recompute (cache=False)", "off"),
                             ("cold directory: encode + write", str(directory)),
-                            ("warm directory: read", str(directory))):
-            dropped = drop_page_cache() if step.startswith("warm") else None
+                            ("warm directory: read from disk", str(directory)),
+                            ("warm directory: read, page cache", str(directory))):
+            dropped = drop_page_cache() if step.endswith("from disk") else None
             output = work / f"{len(results)}.npy"
             run = subprocess.run([sys.executable, "-c", CHILD, str(work / "texts.json"), cache,
                                   str(output)], capture_output=True, text=True, check=True)
@@ -89,9 +91,9 @@ def main():
           f"{apparent / len(files) / 1024:.1f} KB per entry ({blocks / len(files) / 1024:.1f} KB "
           f"on disk), {apparent / 2**20:.0f} MB in all")
     recompute = results["recompute (cache=False)"][0]["seconds"]
-    print(f"{'step':<32} {'seconds':>8} {'encoder rows':>13} {'vs recompute':>13}")
+    print(f"{'step':<34} {'seconds':>8} {'encoder rows':>13} {'vs recompute':>13}")
     for step, (row, _) in results.items():
-        print(f"{step:<32} {row['seconds']:>8.2f} {row['rows']:>13} "
+        print(f"{step:<34} {row['seconds']:>8.2f} {row['rows']:>13} "
               f"{recompute / row['seconds']:>12.2f}x")
     reference = results["recompute (cache=False)"][1]
     difference = max(np.abs(features - reference).max() for _, features in results.values())

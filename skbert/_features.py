@@ -201,47 +201,23 @@ class Layout:
                 if key in self.slices}
 
 
-def _masked_max(values, mask, empty=0.0):
-    """Max over the tokens in ``mask`` (batch, tokens) of ``values`` (n, batch, tokens, dim).
-
-    Rows with an empty mask pool to ``empty``. The token positions that every row
-    keeps (in length-sorted batches, all but a few) are reduced on a view,
-    without masking; only the others are copied and masked. Adding -inf is
-    several times faster than a broadcast ``masked_fill_``.
-    """
-    import torch
-
-    everyone = mask.all(dim=0)
-    kept = everyone.nonzero().flatten()
-    start, stop = (int(kept[0]), int(kept[-1]) + 1) if len(kept) else (0, 0)
-    if stop - start != len(kept):  # not one run: mask them all
-        start = stop = 0
-    pooled = values[:, :, start:stop].amax(dim=2) if stop > start else None
-    ragged = mask.any(dim=0)
-    ragged[start:stop] = False
-    if ragged.any():
-        columns = ragged.nonzero().flatten()
-        part = values.index_select(2, columns) + torch.where(
-            mask[:, columns], 0.0, float("-inf"))[None, :, :, None]
-        part = part.amax(dim=2)
-        pooled = part if pooled is None else torch.maximum(pooled, part)
-    if pooled is None:
-        return values.new_full((values.shape[0], values.shape[1], values.shape[3]), empty)
-    return pooled.masked_fill_(~mask.any(dim=1)[None, :, None], empty)
+# Bytes of stacked token vectors one step of compute_parts holds: long windows go through
+# in tiles of tokens, so that a batch of 16,384 tokens needs no copy of all its layers.
+TILE_BYTES = 16 * 1024**2
 
 
 def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, layout, out=None):
     """The records of one batch: every part of ``layout``, in a handful of tensor operations.
 
-    The layers read are stacked once, layer-major, and the sums of the layer
-    averages that max pooling reads are written below them by one matmul with
-    a 0/1 selection matrix. Then each kind of part is one operation over all
-    layers at once: [CLS] and final [SEP] by indexing, masked means as one
-    batched matmul for both masks, and masked maxima of layers and averages
-    together as one reduction per mask (:func:`_masked_max`). When every
-    window's special tokens are its first and last token (single texts), the
-    max over all tokens is the max over the text tokens and those two: one
-    reduction less. The vectors reach the record in one ``cat``.
+    Tile by tile of tokens, the layers read are stacked layer-major, and the
+    sums of the layer averages that max pooling reads are written below them
+    by one matmul with a 0/1 selection matrix. Then each kind of part is one
+    operation over all layers at once: masked sums for the means as one
+    batched matmul for both masks, masked maxima of layers and averages
+    together as one reduction (:func:`_tile_maxima`); [CLS] and final [SEP] are
+    gathered once. When every window's special tokens are its first and last
+    token (single texts), the max over all tokens is the max over the text
+    tokens and those two. The vectors reach the record in one ``cat``.
 
     Parameters
     ----------
@@ -264,56 +240,72 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     masks = {True: attention_mask.bool()}
     masks[False] = masks[True] & ~special_mask.bool()
     batch, n_tokens = attention_mask.shape
+    dim = layout.hidden_size
     rows = torch.arange(batch, device=device)
     last = masks[True].sum(dim=1) - 1
     specials = masks[True] & ~masks[False]
     ends_only = bool(((specials.sum(dim=1) == 2) & specials[:, 0] & specials[rows, last]).all())
     n_layers, n_averages = len(layout.layers), len(layout.averages)
+    n_rows = n_layers + n_averages
     blocks = layout.blocks
-    # (layers + averages, batch, tokens, dim): the layers read, then the sums of the averages.
-    stacked = torch.empty((n_layers + n_averages, batch, n_tokens, layout.hidden_size),
-                          device=device)
-    states = stacked[:n_layers]
-    if n_layers:
-        torch.stack([hidden_states[layer].float() for layer in layout.layers], out=states)
-    if n_averages:
-        selection = torch.from_numpy(layout.selection).to(device)
-        torch.mm(selection, states.reshape(n_layers, -1), out=stacked[n_layers:].view(
-            n_averages, -1))
+    selection = torch.from_numpy(layout.selection).to(device)
 
-    def masks_of(kind):
-        return sorted((special for block, special in blocks if block == kind), reverse=True)
+    def masks_of(*kinds):
+        return sorted({special for kind, special in blocks if kind in kinds}, reverse=True)
+
+    # [CLS] and final [SEP] of every stacked row (layers, then the averages' sums).
+    ends = torch.empty((2, n_rows, batch, dim), device=device)
+    mean_masks, max_masks = masks_of("mean"), masks_of("max", "max_of_mean")
+    weights = torch.stack([masks[special] for special in mean_masks], dim=1).float() \
+        if mean_masks else None
+    first = 0 if masks_of("max") else n_layers  # the first stacked row whose max is read
+    sums, maxima = 0.0, {}
+    tile = min(n_tokens, max(1, TILE_BYTES // max(1, n_rows * batch * dim * 4)))
+    buffer = torch.empty(n_rows * batch * tile * dim, device=device)  # one for every tile
+    for start in range(0, n_tokens if n_layers else 0, tile):
+        stop = min(n_tokens, start + tile)
+        # (layers + averages, batch, tokens of the tile, dim)
+        stacked = buffer[:n_rows * batch * (stop - start) * dim].view(n_rows, batch, -1, dim)
+        states = stacked[:n_layers]
+        torch.stack([hidden_states[layer][:, start:stop].float() for layer in layout.layers],
+                    out=states)
+        if n_averages:
+            torch.mm(selection, states.reshape(n_layers, -1),
+                     out=stacked[n_layers:].view(n_averages, -1))
+        if start == 0:
+            ends[0] = stacked[:, :, 0]
+        inside = ((last >= start) & (last < stop)).nonzero().flatten()
+        ends[1][:, inside] = stacked[:, inside, last[inside] - start]
+        if mean_masks:
+            sums = sums + torch.matmul(weights[None, :, :, start:stop], states)
+        if max_masks:
+            tiled = _tile_maxima(stacked[first:], masks, max_masks, start, last, ends_only)
+            maxima = {special: torch.maximum(maxima[special], values) if maxima else values
+                      for special, values in tiled.items()}
 
     vectors = {}  # block -> tensor (members, batch, dim)
-    if specials := masks_of("mean"):
-        weights = torch.stack([masks[special] for special in specials], dim=1).float()
-        means = torch.matmul(weights[None], states) / (
-            weights.sum(dim=2).clamp(min=1.0)[None, :, :, None])
-        vectors.update({("mean", special): means[:, :, index]
-                        for index, special in enumerate(specials)})
-    if specials := sorted(set(masks_of("max")) | set(masks_of("max_of_mean")), reverse=True):
+    for index, special in enumerate(mean_masks):
+        vectors["mean", special] = sums[:, :, index] / weights[:, index].sum(dim=1).clamp(
+            min=1.0)[None, :, None]
+    if ends_only and True in max_masks:  # all tokens: the text tokens and the two ends
+        maxima[True] = torch.maximum(maxima[False], ends[:, first:].amax(dim=0))
+    sizes = selection.sum(dim=1)[:, None, None]
+    for special in max_masks:  # a window without such tokens pools to zeros
+        values = maxima[special].masked_fill_(~masks[special].any(dim=1)[None, :, None], 0.0)
+        vectors["max", special] = values[:n_layers - first]
         # The max of the averages is the max of the sums, divided after: fewer values.
-        first = 0 if masks_of("max") else n_layers
-        maxima = _maxima(stacked[first:], masks, specials, rows, last, ends_only)
-        sizes = torch.from_numpy(layout.selection).to(device).sum(dim=1)[:, None, None]
-        for special, values in maxima.items():
-            vectors["max", special] = values[:n_layers - first]
-            vectors["max_of_mean", special] = values[n_layers - first:] / sizes
-    for kind, special in blocks:
-        if kind == "cls":
-            vectors[kind, special] = states[:, :, 0]
-        elif kind == "last":
-            vectors[kind, special] = states[:, rows, last]
-        elif kind == "pooler":
-            vectors[kind, special] = pooler_output.float()[None]
+        vectors["max_of_mean", special] = values[n_layers - first:] / sizes
+    vectors["cls", None], vectors["last", None] = ends[0, :n_layers], ends[1, :n_layers]
+    if pooler_output is not None:
+        vectors["pooler", None] = pooler_output.float()[None]
 
     out = torch.empty(batch, layout.width, device=device) if out is None else out
-    parts = [(vectors[block] if rows is None else vectors[block][rows]).transpose(0, 1)
-             for block, rows in blocks.items() if block[0] != "count"]
+    parts = [(vectors[block] if members is None else vectors[block][members]).transpose(0, 1)
+             for block, members in blocks.items() if block[0] != "count"]
     n_vectors = sum(part.shape[1] for part in parts)
-    width = n_vectors * layout.hidden_size
+    width = n_vectors * dim
     if parts:
-        torch.cat(parts, dim=1, out=out[:, :width].view(batch, n_vectors, layout.hidden_size))
+        torch.cat(parts, dim=1, out=out[:, :width].view(batch, n_vectors, dim))
     counts = masks_of("count")
     if counts:  # last in the record, in mask order False, True
         out[:, width:] = torch.stack([masks[special].sum(dim=1, dtype=torch.float32)
@@ -321,31 +313,47 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     return out
 
 
-def _maxima(values, masks, specials, rows, last, ends_only):
-    """``{special: masked max over tokens}`` of ``values`` (n, batch, tokens, dim).
+def _tile_maxima(values, masks, specials, start, last, ends_only):
+    """Masked max over the tokens of one tile, -inf where a window has none there.
 
-    With special tokens at the ends only (single texts), row ``i``'s text
-    tokens are positions 1 to ``last[i] - 1``: the positions every row has as
-    text are one slice, reduced as it is, and the few that only the longer
-    rows have are masked; the max over all tokens adds the two ends.
+    ``values`` (n, batch, tile tokens, dim) are the tokens from position
+    ``start`` on. Returns ``{special: (n, batch, dim)}``; with ``ends_only``,
+    only ``{False: ...}``, the max over the text tokens. The token positions
+    that every window keeps are reduced as a view, without masking; only the
+    others are copied and masked (adding -inf beats a broadcast masked_fill_).
     """
     import torch
 
-    if not ends_only:
-        return {special: _masked_max(values, masks[special]) for special in specials}
-    shortest, longest = (int(value) for value in torch.aminmax(last))
-    text = values[:, :, 1:shortest].amax(dim=2) if shortest > 1 else values.new_full(
-        (values.shape[0], values.shape[1], values.shape[3]), float("-inf"))
-    if longest > shortest:
-        positions = torch.arange(shortest, longest, device=last.device)
-        ragged = values[:, :, shortest:longest] + torch.where(
-            positions < last[:, None], 0.0, float("-inf"))[None, :, :, None]
-        text = torch.maximum(text, ragged.amax(dim=2))
+    stop = start + values.shape[2]
+    if ends_only:  # text tokens of window i: positions 1 to last[i] - 1
+        shortest, longest = (int(value) for value in torch.aminmax(last))
+        keep = (max(1, start), min(shortest, stop))
+        ragged = (max(shortest, start, 1), min(longest, stop))
+        positions = torch.arange(ragged[0], max(ragged[0], ragged[1]), device=last.device)
+        masked = {False: positions[None] < last[:, None]}
+        spans = {False: (keep, ragged)}
+    else:
+        spans, masked = {}, {}
+        for special in specials:
+            mask = masks[special][:, start:stop]
+            columns = mask.all(dim=0).nonzero().flatten() + start
+            keep = (int(columns[0]), int(columns[-1]) + 1) if len(columns) else (start, start)
+            if keep[1] - keep[0] != len(columns):  # not one run: mask every column
+                keep = (start, start)
+            spans[special] = (keep, (start, stop))
+            masked[special] = masks[special][:, start:stop].clone()
+            masked[special][:, keep[0] - start:keep[1] - start] = False
     maxima = {}
-    if True in specials:
-        maxima[True] = torch.maximum(torch.maximum(text, values[:, :, 0]), values[:, rows, last])
-    if False in specials:  # windows without text tokens ([CLS] [SEP]) pool to zeros
-        maxima[False] = text if shortest > 1 else text.masked_fill_((last < 2)[None, :, None], 0.0)
+    for special, (keep, ragged) in spans.items():
+        pooled = torch.full((values.shape[0], values.shape[1], values.shape[3]), float("-inf"),
+                            device=values.device)
+        if keep[1] > keep[0]:
+            pooled = values[:, :, keep[0] - start:keep[1] - start].amax(dim=2)
+        if ragged[1] > ragged[0] and masked[special].any():
+            part = values[:, :, ragged[0] - start:ragged[1] - start] + torch.where(
+                masked[special], 0.0, float("-inf"))[None, :, :, None]
+            pooled = torch.maximum(pooled, part.amax(dim=2))
+        maxima[special] = pooled
     return maxima
 
 

@@ -96,3 +96,15 @@ def test_compute_parts_leaves_the_hidden_states_alone(batch):
                   Layout.of(parts_for_cache(4, has_pooler=True), 8))
     for original, now in zip(before, hidden):
         torch.testing.assert_close(now, original, rtol=0, atol=0)
+
+
+# One token a tile; three (4 layers and 5 averages of 5 windows of 8 float32 values a token).
+@pytest.mark.parametrize("tile_bytes", [1, 3 * (4 + 5) * 5 * 8 * 4])
+def test_tiles_of_tokens_give_the_same_records(batch, tile_bytes, monkeypatch):
+    from skbert import _features
+
+    layout = Layout.of(parts_for_cache(4, has_pooler=True), 8)
+    whole = compute_parts(*batch[:3], batch[3], layout)
+    monkeypatch.setattr(_features, "TILE_BYTES", tile_bytes)
+    torch.testing.assert_close(compute_parts(*batch[:3], batch[3], layout), whole,
+                               rtol=0, atol=1e-6)
