@@ -225,6 +225,7 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
     device = next(model.parameters()).device
     records = out or [np.empty((len(windows), layout.width), dtype=np.float32)
                       for layout in layouts]
+    workspace = {}  # compute_parts' buffers, reused from batch to batch
 
     def run(batch):
         inputs, special = _model_inputs(tokenizer, windows, batch, device)
@@ -245,13 +246,13 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
         pooler_output = getattr(outputs, "pooler_output", None)
         rows = _as_slice(batch)
         for layout, array in zip(layouts, records):
+            target = None
             if rows is not None and device.type == "cpu":  # straight into the numpy rows
-                out = torch.from_numpy(array[rows])
-                compute_parts(hidden, inputs["attention_mask"], special, pooler_output, layout,
-                              out)
-            else:
-                array[batch] = compute_parts(hidden, inputs["attention_mask"], special,
-                                             pooler_output, layout).cpu().numpy()
+                target = torch.from_numpy(array[rows])
+            computed = compute_parts(hidden, inputs["attention_mask"], special, pooler_output,
+                                     layout, target, workspace)
+            if target is None:
+                array[batch] = computed.cpu().numpy()
         if progress is not None:
             progress.update(len(batch))
 

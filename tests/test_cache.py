@@ -159,41 +159,40 @@ def test_keys_change_with_weights_max_length_and_dtype(tiny_model_dir):
     assert len(_cache.MEMORY) == n_entries + 3 and not np.allclose(changed, base)
 
 
-def test_memory_budget_is_honoured_across_calls(counted, texts):
+@pytest.fixture
+def budget_of_three(counted, texts):
+    """The counted vectorizer under an in-memory budget of three entries, and one's size."""
     vectorizer, counter = counted
     vectorizer.transform(texts[:1])
     one_entry = _cache.MEMORY.n_bytes
     previous = skbert.set_cache_limit(3 * one_entry)
-    try:
-        vectorizer.transform(texts[:3])
-        vectorizer.transform(texts[3:6])  # evicts the three entries of the earlier calls
-        assert len(_cache.MEMORY) == 3 and _cache.MEMORY.n_bytes <= 3 * one_entry
-        before = counter["rows"]
-        vectorizer.transform(texts[3:6])
-        assert counter["rows"] == before
-        vectorizer.transform(texts[:1])  # evicted: encoded again
-        assert counter["rows"] == before + 1
-    finally:
-        skbert.set_cache_limit(previous)
+    yield vectorizer, counter, one_entry
+    skbert.set_cache_limit(previous)
 
 
-def test_a_call_larger_than_the_budget_keeps_what_fits_and_warns(counted, texts):
-    vectorizer, counter = counted
-    vectorizer.transform(texts[:1])
-    one_entry = _cache.MEMORY.n_bytes
-    previous = skbert.set_cache_limit(3 * one_entry)
-    try:
-        with pytest.warns(RuntimeWarning, match=r"cache is full .*skbert\.set_cache_limit"
-                                                r".*cache='some/directory'"):
-            expected = vectorizer.transform(texts)
-        assert len(_cache.MEMORY) == 3 and _cache.MEMORY.n_bytes <= 3 * one_entry
-        before = counter["rows"]
-        with pytest.warns(RuntimeWarning, match="cache is full"):
-            again = vectorizer.transform(texts)  # misses batched otherwise: rounding may differ
-        np.testing.assert_allclose(again, expected, rtol=0, atol=1e-6)
-        assert counter["rows"] == before + len(texts) - 3  # no thrashing: three still hit
-    finally:
-        skbert.set_cache_limit(previous)
+def test_memory_budget_is_honoured_across_calls(budget_of_three, texts):
+    vectorizer, counter, one_entry = budget_of_three
+    vectorizer.transform(texts[:3])
+    vectorizer.transform(texts[3:6])  # evicts the three entries of the earlier calls
+    assert len(_cache.MEMORY) == 3 and _cache.MEMORY.n_bytes <= 3 * one_entry
+    before = counter["rows"]
+    vectorizer.transform(texts[3:6])
+    assert counter["rows"] == before
+    vectorizer.transform(texts[:1])  # evicted: encoded again
+    assert counter["rows"] == before + 1
+
+
+def test_a_call_larger_than_the_budget_keeps_what_fits_and_warns(budget_of_three, texts):
+    vectorizer, counter, one_entry = budget_of_three
+    with pytest.warns(RuntimeWarning, match=r"cache is full .*skbert\.set_cache_limit"
+                                            r".*cache='some/directory'"):
+        expected = vectorizer.transform(texts)
+    assert len(_cache.MEMORY) == 3 and _cache.MEMORY.n_bytes <= 3 * one_entry
+    before = counter["rows"]
+    with pytest.warns(RuntimeWarning, match="cache is full"):
+        again = vectorizer.transform(texts)  # misses batched otherwise: rounding may differ
+    np.testing.assert_allclose(again, expected, rtol=0, atol=1e-6)
+    assert counter["rows"] == before + len(texts) - 3  # no thrashing: three still hit
 
 
 def forward_rows_in_a_new_process(model_dir, cache, texts, out):
