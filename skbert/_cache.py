@@ -23,9 +23,10 @@ its misses go through the encoder, and its features are written straight into
 the output. A call keeps no records of its own beyond one chunk, so the store's
 byte budget bounds what the cache holds, however many texts one call has.
 
-In memory, entries live in one process-wide store with a byte budget and
-least-recently-used eviction (:func:`set_cache_limit`, default 2 GiB, or the
-``SKBERT_CACHE_BYTES`` environment variable). A call never evicts entries that
+In memory, entries live in one process-wide store (rows of large blocks, see
+:class:`MemoryStore`) with a byte budget and least-recently-used eviction
+(:func:`set_cache_limit`, default 2 GiB, or the ``SKBERT_CACHE_BYTES``
+environment variable). A call never evicts entries that
 it used itself: when its distinct windows outgrow the budget, the store keeps
 those that fit, admits no more, and warns once, so that repeating the call
 still hits for the part that fits instead of thrashing. On disk, each entry is
@@ -76,37 +77,13 @@ def _size(record):
     return record.nbytes + _ENTRY_OVERHEAD
 
 
-# Records live in blocks of this many bytes or more. glibc serves an allocation that large
-# with a mapping of its own, so records never sit in the heap between the short-lived
-# tensors of forward passes, where they would pin freed memory that then cannot be
-# given back (measured: 500 MB more peak memory for 30,000 texts under a 512 MiB budget).
-BLOCK_BYTES = 64 * 1024**2
-
-
-class _Rows:
-    """Free float32 rows of one width, carved out of large blocks; taken and given back."""
-
-    def __init__(self, width):
-        self.width = width
-        self.free = []
-
-    def take(self):
-        if not self.free:
-            block = np.empty((max(1, BLOCK_BYTES // (4 * self.width)), self.width),
-                             dtype=np.float32)
-            self.free.extend(block[::-1])  # views; untouched rows cost no memory yet
-        return self.free.pop()
-
-
 class MemoryStore:
     """Thread-safe LRU mapping key -> record (a 1-D float32 array), bounded by bytes.
 
     Every use advances a clock (``tick``). :meth:`put` evicts the least
     recently used entries to make room, but only those last used at or before
     ``since``: a call passes the tick at its start, so it never evicts what it
-    used itself. Records are copies into rows of large blocks (``_Rows``), which
-    evicted entries give back for reuse; the blocks go with :meth:`clear`, and
-    with :meth:`resize` to a smaller budget.
+    used itself.
     """
 
     def __init__(self, max_bytes):
@@ -114,7 +91,6 @@ class MemoryStore:
         self.n_bytes = 0
         self.tick = 0
         self._entries = collections.OrderedDict()  # key -> (record, tick of last use)
-        self._rows = {}  # width -> _Rows
         self._lock = threading.Lock()
 
     def get(self, key, since=None):
@@ -129,27 +105,18 @@ class MemoryStore:
             return entry[0]
 
     def put(self, key, record, since=None):
-        """Store a copy of ``record``; return whether it was kept (False: no room)."""
+        """Store ``record``; return whether it was kept (False: no room, see the class)."""
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._drop(old[0])
+                self.n_bytes -= _size(old[0])
             self._evict(self.max_bytes - _size(record), since)
             if self.n_bytes + _size(record) > self.max_bytes:
                 return False
             self.tick += 1
-            self._entries[key] = (self._copy(record), self.tick)
+            self._entries[key] = (record, self.tick)
+            self.n_bytes += _size(record)
             return True
-
-    def _copy(self, record):
-        row = self._rows.setdefault(record.size, _Rows(record.size)).take()
-        row[...] = record
-        self.n_bytes += _size(row)
-        return row
-
-    def _drop(self, record):
-        self.n_bytes -= _size(record)
-        self._rows[record.size].free.append(record)
 
     def _evict(self, max_bytes, since=None):
         while self.n_bytes > max_bytes and self._entries:
@@ -157,23 +124,16 @@ class MemoryStore:
             if since is not None and tick > since:
                 break
             del self._entries[key]
-            self._drop(record)
+            self.n_bytes -= _size(record)
 
     def resize(self, max_bytes):
         with self._lock:
-            shrink = max_bytes < self.max_bytes
             self.max_bytes = max_bytes
             self._evict(max_bytes)
-            if shrink:  # the live records into fresh blocks, so that the old blocks go
-                entries, self._entries, self._rows = self._entries, collections.OrderedDict(), {}
-                self.n_bytes = 0
-                for key, (record, tick) in entries.items():
-                    self._entries[key] = (self._copy(record), tick)
 
     def clear(self):
         with self._lock:
             self._entries.clear()
-            self._rows.clear()
             self.n_bytes = 0
 
     def __len__(self):
@@ -326,7 +286,7 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
             if store is not None:
                 for index, row in enumerate(rows[:n_missing]):
                     for layout, array in zip(layouts, records):
-                        all_kept &= store.put(entry(row, layout), array[index], since)
+                        all_kept &= store.put(entry(row, layout), array[index].copy(), since)
         for index, (_, found) in enumerate(hits, start=n_missing):
             for array, record in zip(records, found):
                 array[index] = record

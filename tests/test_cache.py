@@ -268,17 +268,14 @@ def test_damaged_disk_entries_are_recomputed_never_served(counted, tmp_path, tex
     assert counter["rows"] == 2 * len(texts)
 
 
-def test_memory_store_holds_copies_and_reuses_freed_rows_intact():
+def test_memory_store_evicts_least_recently_used_and_shrinks():
     entry_bytes = 8 * 4 + _cache._ENTRY_OVERHEAD
     store = _cache.MemoryStore(10 * entry_bytes)
-    record = np.arange(8, dtype=np.float32)
-    assert store.put("first", record)
-    record[:] = -1  # the store holds a copy
-    np.testing.assert_array_equal(store.get("first"), np.arange(8))
-    for index in range(30):  # evicted rows are reused: live entries must stay intact
+    for index in range(30):
         assert store.put(str(index), np.full(8, index, dtype=np.float32))
     assert len(store) == 10 and store.n_bytes == 10 * entry_bytes
-    store.resize(5 * entry_bytes)  # into fresh blocks, the five most recent
-    assert len(store) == 5
-    for index in range(25, 30):
+    assert store.get("19") is None and store.get("20") is not None
+    store.resize(5 * entry_bytes)  # keeps the five most recently used
+    assert len(store) == 5 and store.get("20") is not None and store.get("21") is None
+    for index in range(26, 30):
         np.testing.assert_array_equal(store.get(str(index)), index)
