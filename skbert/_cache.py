@@ -23,10 +23,9 @@ its misses go through the encoder, and its features are written straight into
 the output. A call keeps no records of its own beyond one chunk, so the store's
 byte budget bounds what the cache holds, however many texts one call has.
 
-In memory, entries live in one process-wide store (rows of large blocks, see
-:class:`MemoryStore`) with a byte budget and least-recently-used eviction
-(:func:`set_cache_limit`, default 2 GiB, or the ``SKBERT_CACHE_BYTES``
-environment variable). A call never evicts entries that
+In memory, entries live in one process-wide store with a byte budget and
+least-recently-used eviction (:func:`set_cache_limit`, default 2 GiB, or the
+``SKBERT_CACHE_BYTES`` environment variable). A call never evicts entries that
 it used itself: when its distinct windows outgrow the budget, the store keeps
 those that fit, admits no more, and warns once, so that repeating the call
 still hits for the part that fits instead of thrashing. On disk, each entry is
