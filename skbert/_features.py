@@ -343,14 +343,15 @@ def _tile_maxima(values, masks, specials, start, last, ends_only):
             if keep[1] - keep[0] != len(columns):  # not one run: mask every column
                 keep = (start, start)
             spans[special] = (keep, (start, stop))
-            masked[special] = masks[special][:, start:stop].clone()
+            masked[special] = mask.clone()
             masked[special][:, keep[0] - start:keep[1] - start] = False
     maxima = {}
     for special, (keep, ragged) in spans.items():
-        pooled = torch.full((values.shape[0], values.shape[1], values.shape[3]), float("-inf"),
-                            device=values.device)
         if keep[1] > keep[0]:
             pooled = values[:, :, keep[0] - start:keep[1] - start].amax(dim=2)
+        else:
+            pooled = torch.full((values.shape[0], values.shape[1], values.shape[3]),
+                                float("-inf"), device=values.device)
         if ragged[1] > ragged[0] and masked[special].any():
             part = values[:, :, ragged[0] - start:ragged[1] - start] + torch.where(
                 masked[special], 0.0, float("-inf"))[None, :, :, None]
