@@ -8,7 +8,10 @@ deterministic, so the encoder's cost is what the comparison shows). Runs:
 - ``n_jobs=2`` with ``cache=True``: the two worker processes do not share
   the in-memory store;
 - ``n_jobs=2`` with a cache directory, empty, and warmed by one ``transform``
-  in the parent first.
+  in the parent first;
+- ``n_jobs=1`` over a second grid, 3 prompts x 3 ``truncate_dim`` x 2
+  poolings: a prompt changes the tokens, so the figure is rows per distinct
+  (text, prompt) window.
 
 Prints rows through the encoder per distinct text (counted in every process:
 each one appends its rows to a file in one folder), wall time and the best CV
@@ -40,6 +43,9 @@ GRID = {
     "bert__layer": [-1, -2, -3, [-1, -2, -3, -4]],
     "bert__norm": [None, "l2"],
 }
+PROMPTS = ["", "query: ", "question: "]
+PROMPT_GRID = {"bert__prompt": PROMPTS, "bert__truncate_dim": [None, 128, 256],
+               "bert__pooling": ["mean", "max"]}
 
 
 class CountedVectorizer(BertVectorizer):
@@ -78,7 +84,7 @@ def forwarded_rows(counts):
     return sum(int(line) for path in Path(counts).iterdir() for line in path.read_text().split())
 
 
-def run(X, y, cache, n_jobs, warm=False):
+def run(X, y, cache, n_jobs, warm=False, grid=GRID):
     """Rows through the encoder in all processes, seconds and best score of one search."""
     skbert.clear_cache()
     get_reusable_executor().shutdown(wait=True)  # fresh workers: empty in-memory caches
@@ -89,7 +95,7 @@ def run(X, y, cache, n_jobs, warm=False):
                      ("clf", RidgeClassifier())])
     before = forwarded_rows(os.environ["SKBERT_BENCHMARK_COUNTS"])
     start = time.perf_counter()
-    search = GridSearchCV(pipe, GRID, cv=3, n_jobs=n_jobs, refit=False).fit(X, y)
+    search = GridSearchCV(pipe, grid, cv=3, n_jobs=n_jobs, refit=False).fit(X, y)
     seconds = time.perf_counter() - start
     rows = forwarded_rows(os.environ["SKBERT_BENCHMARK_COUNTS"]) - before
     return search.best_score_, rows, seconds
@@ -119,6 +125,10 @@ def main():
             score, rows, seconds = run(X, y, cache, n_jobs, warm)
             print(f"{name:<42} {rows / len(X):>20.2f} {seconds:>9.1f} {score:>17.4f}",
                   flush=True)
+        score, rows, seconds = run(X, y, True, 1, grid=PROMPT_GRID)
+        print(f"{'n_jobs=1, cache=True, prompt x truncate_dim':<42} "
+              f"{rows / (len(X) * len(PROMPTS)):>20.2f} {seconds:>9.1f} {score:>17.4f} "
+              f"(18 candidates; rows per distinct text and prompt)")
 
 
 if __name__ == "__main__":

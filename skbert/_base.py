@@ -36,7 +36,7 @@ class EncoderMixin:
         "verbose": ["verbose"],
     }
 
-    def _checked_layers(self, layers, accepted):
+    def _checked_layers(self, layers, accepted, pooling):
         """``layers`` as non-negative indices into the hidden states, checked against the model.
 
         ``accepted`` tells what ``layer`` may be, for the error message. With
@@ -50,7 +50,7 @@ class EncoderMixin:
                 f"{n_states} hidden states: {accepted}."
             )
         layers = tuple(int(i) % n_states for i in layers)
-        if self.pooling == "pooler":
+        if pooling == "pooler":
             if getattr(self.model_, "pooler", None) is None:
                 raise ValueError(
                     f"pooling='pooler' needs a model with a pooler layer; "

@@ -47,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
+from skbert._features import EXCLUDED
+
 FORMAT = b"skbert-cache-v2"
 # Each file starts with a CRC-32 of its values: it catches torn and damaged files (what a
 # cache must survive) at a fifth of the cost of a cryptographic hash on 90 KB entries.
@@ -59,15 +61,21 @@ CHUNK_BYTES = 8 * 1024**2
 
 
 def window_keys(windows, model_fingerprint, dtype):
-    """One hex key per window: (format, weights, dtype, token ids, token type ids)."""
+    """One hex key per window: (format, weights, dtype, token ids, token type ids).
+
+    The special-token mask, which follows from the token ids, joins the key
+    only where it excludes tokens from pooling (a prompt).
+    """
     prefix = hashlib.blake2b(FORMAT + model_fingerprint.encode() + dtype.encode(), digest_size=16)
     types = windows.token_type_ids or [None] * len(windows)
     keys = []
-    for ids, type_ids in zip(windows.input_ids, types):
+    for ids, type_ids, special in zip(windows.input_ids, types, windows.special_mask):
         digest = prefix.copy()
         digest.update(np.asarray(ids, dtype=np.int64).tobytes())
         if type_ids is not None:
             digest.update(b"|" + np.asarray(type_ids, dtype=np.int8).tobytes())
+        if special.max(initial=0) == EXCLUDED:
+            digest.update(b"#" + special.tobytes())
         keys.append(digest.hexdigest())
     return keys
 

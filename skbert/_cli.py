@@ -119,6 +119,7 @@ def embed(args):
         n_texts, texts_digest = _scan(iter_texts(source, args.text_column, args.text_field))
         norm = None if args.norm == "none" else args.norm
         vectorizer = _vectorizer(args, layer=args.layer, pooling=args.pooling, norm=norm,
+                                 prompt=args.prompt, truncate_dim=args.truncate_dim,
                                  cache=False, verbose=False).fit()
         names = vectorizer.get_feature_names_out()
         progress = _Progress(output, {"input": str(source), "texts": n_texts,
@@ -182,7 +183,8 @@ def _settings(args, vectorizer):
 
     model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model
     settings = {"--model": model, "--layer": args.layer, "--pooling": args.pooling,
-                "--norm": args.norm, "--max-length": args.max_length,
+                "--norm": args.norm, "--prompt": vectorizer.prompt_,
+                "--truncate-dim": args.truncate_dim, "--max-length": args.max_length,
                 "--truncation": args.truncation, "--dtype": args.dtype,
                 "the model's weights": _loading.weights_fingerprint(vectorizer.model_)}
     return json.loads(json.dumps(settings))  # as read back from the progress file
@@ -378,10 +380,17 @@ def build_parser():
     embed_parser.add_argument("--text-field", help="field of a .jsonl input")
     embed_parser.add_argument("--layer", type=parse_layer, default=-1,
                               help="int, comma list of ints, or 'all' (default: -1)")
-    embed_parser.add_argument("--pooling", default="mean", choices=POOLINGS,
-                              help="default: %(default)s")
-    embed_parser.add_argument("--norm", default="none", choices=["none", "l1", "l2", "max"],
+    embed_parser.add_argument("--pooling", default="mean", choices=(*POOLINGS, "auto"),
+                              help="'auto': what a sentence-transformers folder declares "
+                                   "(default: %(default)s)")
+    embed_parser.add_argument("--norm", default="none",
+                              choices=["none", "l1", "l2", "max", "auto"],
                               help="row normalization (default: %(default)s)")
+    embed_parser.add_argument("--prompt", help="text put before every text, or the name of a "
+                                               "prompt of the model's sentence-transformers "
+                                               "config (default: its default prompt, if any)")
+    embed_parser.add_argument("--truncate-dim", type=positive_int,
+                              help="keep the first N features, before normalization")
     embed_parser.add_argument("--chunk-size", type=positive_int, default=CHUNK_SIZE,
                               help="texts read, transformed and written at a time; memory "
                                    "grows with it, not with the input (default: %(default)s)")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from skbert._compat import install_output_hooks
-from skbert._features import compute_parts, layers_read
+from skbert._features import EXCLUDED, compute_parts, layers_read
 
 
 @dataclass
@@ -70,7 +70,8 @@ class Windows:
         return np.fromiter(map(len, self.input_ids), dtype=np.int64, count=len(self))
 
 
-def tokenize(tokenizer, texts, max_length, truncation="head", stride=0):
+def tokenize(tokenizer, texts, max_length, truncation="head", stride=0, prompt="",
+             pool_prompt=True):
     """Encoder windows of ``texts`` (str, or (str, str) pairs) of at most ``max_length`` tokens.
 
     "head" keeps the first tokens and "chunks" cuts the whole text into windows
@@ -79,17 +80,28 @@ def tokenize(tokenizer, texts, max_length, truncation="head", stride=0):
     text budget from the head and the rest from the tail. Text pairs are
     always truncated "head"-style, longest sequence first. Lone surrogates,
     which no tokenizer can encode, are replaced by U+FFFD first.
+
+    ``prompt`` is put before every text (the first text of a pair) as a
+    string, as sentence-transformers does, and its tokens open every window of
+    a text, whatever the truncation. With ``pool_prompt=False`` the special
+    tokens before the text and the prompt's tokens are marked
+    :data:`EXCLUDED` in the special-token mask: the encoder reads them, pooling
+    does not.
     """
     texts = [tuple(map(_encodable, text)) if isinstance(text, tuple) else _encodable(text)
              for text in texts]
+    prompt = _encodable(prompt)
     slices = []
     for start in range(0, max(len(texts), 1), TOKENIZE_SLICE):  # no texts: one empty call
         with _TOKENIZER_LOCK:
             windows = _tokenize(tokenizer, texts[start:start + TOKENIZE_SLICE], max_length,
-                                truncation, stride)
+                                truncation, stride, prompt)
         windows.owner += start
         slices.append(windows)
-    return Windows.concatenate(slices)
+    windows = Windows.concatenate(slices)
+    if prompt and not pool_prompt:
+        _exclude_prompt(tokenizer, windows, prompt)
+    return windows
 
 
 # Fast tokenizers reconfigure their Rust core (truncation, padding) on every call, which
@@ -101,7 +113,6 @@ _TOKENIZER_LOCK = threading.Lock()
 # call raises peak memory by ~40 MB, in slices by ~3 MB.
 TOKENIZE_SLICE = 1024
 
-
 def _encodable(text):
     """``text`` with lone surrogates (not valid Unicode, unencodable) replaced by U+FFFD."""
     try:
@@ -111,7 +122,7 @@ def _encodable(text):
     return text
 
 
-def _tokenize(tokenizer, texts, max_length, truncation, stride):
+def _tokenize(tokenizer, texts, max_length, truncation, stride, prompt):
     common = dict(max_length=max_length, return_special_tokens_mask=True,
                   return_attention_mask=False, verbose=False)
     if texts and isinstance(texts[0], tuple):
@@ -121,16 +132,17 @@ def _tokenize(tokenizer, texts, max_length, truncation, stride):
                 "longest-first from the end (truncation='head')."
             )
         first, second = zip(*texts)
-        encoded = tokenizer(list(first), list(second), truncation="longest_first", **common)
+        encoded = tokenizer([prompt + text for text in first], list(second),
+                            truncation="longest_first", **common)
     elif truncation == "head":
-        encoded = tokenizer(list(texts), truncation=True, **common)
-    elif truncation == "chunks":
+        encoded = tokenizer([prompt + text for text in texts], truncation=True, **common)
+    elif truncation == "chunks" and not prompt:
         encoded = tokenizer(list(texts), truncation=True, stride=stride,
                             return_overflowing_tokens=True, **common)
         return Windows(encoded["input_ids"], encoded["special_tokens_mask"], None,
                        np.asarray(encoded["overflow_to_sample_mapping"]))
     else:
-        return _tail_windows(tokenizer, texts, max_length, truncation)
+        return _cut_windows(tokenizer, texts, max_length, truncation, stride, prompt)
     return Windows(encoded["input_ids"], encoded["special_tokens_mask"],
                    encoded.get("token_type_ids"), np.arange(len(texts)))
 
@@ -140,22 +152,65 @@ def text_budget(tokenizer, max_length):
     return max_length - tokenizer.num_special_tokens_to_add(pair=False)
 
 
-def _tail_windows(tokenizer, texts, max_length, truncation):
-    # The special tokens around one text, read off the tokenizer itself (e.g. [CLS] ... [SEP]).
+def _template(tokenizer):
+    """The special tokens around one text (e.g. [CLS] ... [SEP]), read off the tokenizer."""
     probe = tokenizer("a", return_special_tokens_mask=True)
     ids, special = probe["input_ids"], probe["special_tokens_mask"]
-    n_prefix = special.index(0)
-    n_suffix = special[::-1].index(0)
-    prefix, suffix = ids[:n_prefix], ids[len(ids) - n_suffix:]
+    n_prefix, n_suffix = special.index(0), special[::-1].index(0)
+    return ids[:n_prefix], ids[len(ids) - n_suffix:]
+
+
+def _common_prefix(tokens, prompt_ids):
+    """How many of the first ``tokens`` are the prompt's own tokens."""
+    n = 0
+    while n < min(len(tokens), len(prompt_ids)) and tokens[n] == prompt_ids[n]:
+        n += 1
+    return n
+
+
+def _cut_windows(tokenizer, texts, max_length, truncation, stride, prompt):
+    """Windows cut from each text's tokens by hand: "tail", "head_tail", and prompted "chunks".
+
+    ``prompt + text`` is tokenized as one string (the tokens at the boundary are
+    the ones "head" gets); the leading tokens that are the prompt's own open
+    every window of the text, and the text tokens fill the rest of the budget.
+    """
+    prefix, suffix = _template(tokenizer)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
     budget = text_budget(tokenizer, max_length)
-    n_head = budget // 4 if truncation == "head_tail" else 0
-    input_ids, masks = [], []
-    for tokens in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]:
-        if len(tokens) > budget:
-            tokens = tokens[:n_head] + tokens[len(tokens) - (budget - n_head):]
-        input_ids.append(prefix + tokens + suffix)
-        masks.append([1] * len(prefix) + [0] * len(tokens) + [1] * len(suffix))
-    return Windows(input_ids, masks, None, np.arange(len(texts)))
+    input_ids, masks, owner = [], [], []
+    joined = tokenizer([prompt + text for text in texts], add_special_tokens=False,
+                       verbose=False)["input_ids"]
+    for index, tokens in enumerate(joined):
+        lead = tokens[:_common_prefix(tokens, prompt_ids)]
+        tokens, room = tokens[len(lead):], budget - len(lead)
+        if truncation == "chunks":
+            step = room - stride
+            pieces = [tokens[start:start + room] for start in
+                      range(0, max(len(tokens) - stride, 1), step)]
+        elif len(tokens) > room:
+            n_head = room // 4 if truncation == "head_tail" else 0
+            pieces = [tokens[:n_head] + tokens[len(tokens) - (room - n_head):]]
+        else:
+            pieces = [tokens]
+        for piece in pieces:
+            input_ids.append(prefix + lead + piece + suffix)
+            masks.append([1] * len(prefix) + [0] * (len(lead) + len(piece)) + [1] * len(suffix))
+            owner.append(index)
+    return Windows(input_ids, masks, None, np.asarray(owner, dtype=np.int64))
+
+
+def _exclude_prompt(tokenizer, windows, prompt):
+    """Mark the special tokens before the text and the prompt's tokens :data:`EXCLUDED`.
+
+    As sentence-transformers does for a Pooling module with ``include_prompt:
+    false`` (INSTRUCTOR-style models): these tokens steer the encoder, and the
+    pooled vector is of the text.
+    """
+    n_prefix = len(_template(tokenizer)[0])
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    for ids, special in zip(windows.input_ids, windows.special_mask):
+        special[:n_prefix + _common_prefix(ids[n_prefix:].tolist(), prompt_ids)] = EXCLUDED
 
 
 # Upper bound on padded tokens per forward pass: long windows go in smaller batches, so a
@@ -218,7 +273,8 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
     keys = set().union(*(layout.keys for layout in layouts))
     read = layers_read(keys)
     last = model.config.num_hidden_layers
-    deepest = last if ("pooler",) in keys or not read else max(read)
+    # At least one layer: some encoders (DeBERTa-v2) return nothing from an empty layer list.
+    deepest = last if ("pooler",) in keys or not read else max(1, *read)
     view = shallow_view(model, deepest)
     top = deepest if view is not model else last  # the hidden state the view ends with
     model, inner = view, bool(read - {top})

@@ -201,6 +201,10 @@ class Layout:
                 if key in self.slices}
 
 
+# Special-token mask value of the tokens that the encoder reads and pooling skips (a prompt
+# that the model's pooling config excludes); 1 marks special tokens, 0 text tokens.
+EXCLUDED = 2
+
 # Bytes of stacked token vectors one step of compute_parts holds: long windows go through
 # in tiles of tokens, so that a batch of 16,384 tokens needs no copy of all its layers. (Larger
 # tiles, or one buffer kept for all the batches, raised the peak memory of
@@ -226,7 +230,8 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     hidden_states : indexable by layer -> tensor (batch, tokens, dim)
         Needs only the layers that ``layout`` reads.
     attention_mask, special_mask : tensors (batch, tokens)
-        1 for real tokens (right padded); 1 for special tokens ([CLS], [SEP]).
+        1 for real tokens (right padded); 1 for special tokens ([CLS], [SEP]),
+        :data:`EXCLUDED` for tokens that no pooling reads (an excluded prompt).
     pooler_output : tensor (batch, dim) or None
     layout : Layout
     out : float32 tensor of shape (batch, layout.width), optional
@@ -239,12 +244,12 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     import torch
 
     device = attention_mask.device
-    masks = {True: attention_mask.bool()}
-    masks[False] = masks[True] & ~special_mask.bool()
+    attended = attention_mask.bool()
+    masks = {True: attended & (special_mask != EXCLUDED), False: attended & (special_mask == 0)}
     batch, n_tokens = attention_mask.shape
     dim = layout.hidden_size
     rows = torch.arange(batch, device=device)
-    last = masks[True].sum(dim=1) - 1
+    last = attended.sum(dim=1) - 1
     specials = masks[True] & ~masks[False]
     ends_only = bool(((specials.sum(dim=1) == 2) & specials[:, 0] & specials[rows, last]).all())
     n_layers, n_averages = len(layout.layers), len(layout.averages)

@@ -219,7 +219,8 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         """The head's input as an :class:`Extraction`, checked against the model."""
         n_states = self.n_layers_
         accepted = f"use an index from {-n_states} to {n_states - 1} (0 is the embedding output)"
-        return Extraction(self._checked_layers([self.layer], accepted), "mean", self.pooling, True)
+        layers = self._checked_layers([self.layer], accepted, self.pooling)
+        return Extraction(layers, "mean", self.pooling, True)
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__

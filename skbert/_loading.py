@@ -9,22 +9,25 @@ torch and transformers are imported inside the functions that need them, so
 import collections
 import contextlib
 import hashlib
+import json
 import os
 import threading
 import warnings
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(eq=False)
 class LoadedModel:
-    """A model in eval mode on its device, its tokenizer, and a fingerprint of its weights."""
+    """A model in eval mode on its device, its tokenizer, a fingerprint of its weights, and
+    what its sentence-transformers files say (:class:`SentenceConfig`)."""
 
     model: object
     tokenizer: object
     fingerprint: str
+    sentence: "SentenceConfig"
 
 
 # Alive models by (model, revision, dtype, device); the deque keeps the most recent
@@ -142,8 +145,89 @@ def load(source, revision, dtype, device):
             check_dtype(dtype, device)
             model, tokenizer = from_pretrained(source, revision, dtype)
             fingerprint = weights_fingerprint(model)
-            loaded = LoadedModel(model.to(device), tokenizer, fingerprint)
+            loaded = LoadedModel(model.to(device), tokenizer, fingerprint,
+                                 sentence_config(source, revision))
             _shared[key] = loaded
         if loaded not in _recent:
             _recent.append(loaded)
         return loaded
+
+
+# sentence-transformers pooling modes -> skbert pooling names.
+_ST_POOLINGS = {"cls": "cls", "mean": "mean", "max": "max",
+                "mean_sqrt_len_tokens": "mean_sqrt_len", "lasttoken": "last",
+                ("mean", "max"): "mean_max"}
+# Legacy pooling configs: one flag per mode, concatenated in this order.
+_ST_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                     "pooling_mode_mean_tokens": "mean",
+                     "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                     "pooling_mode_weightedmean_tokens": "weightedmean",
+                     "pooling_mode_lasttoken": "lasttoken"}
+
+
+@dataclass(frozen=True)
+class SentenceConfig:
+    """How a sentence-transformers folder says its encoder is used; empty for a plain model.
+
+    ``pooling`` is a skbert pooling name (None: no Pooling module), ``problem``
+    says why skbert cannot reproduce the folder's embedding, if it cannot (a
+    Dense module, weighted-mean pooling, ...).
+    """
+
+    pooling: str | None = None
+    normalize: bool = False
+    include_prompt: bool = True
+    prompts: dict = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    problem: str | None = None
+
+
+def _read_json(source, revision, name):
+    """A JSON file of the model folder or hub repository, or None when it has none."""
+    if os.path.isdir(source):
+        path = os.path.join(source, name)
+        path = path if os.path.isfile(path) else None
+    else:
+        from transformers.utils import cached_file
+
+        path = cached_file(source, name, revision=revision,
+                           _raise_exceptions_for_missing_entries=False,
+                           _raise_exceptions_for_connection_errors=False)
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as file:
+        return json.load(file)
+
+
+def sentence_config(source, revision=None):
+    """Read the sentence-transformers files of ``source`` (modules.json and the rest).
+
+    Returns an empty :class:`SentenceConfig` when ``source`` is not a
+    sentence-transformers model.
+    """
+    settings = _read_json(source, revision, "config_sentence_transformers.json") or {}
+    prompts = dict(settings.get("prompts") or {})
+    default_prompt_name = settings.get("default_prompt_name")
+    modules = _read_json(source, revision, "modules.json") or []
+    pooling, normalize, include_prompt, problems = None, False, True, []
+    for module in modules:
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        if kind == "Pooling":
+            config = _read_json(source, revision, f"{module['path']}/config.json") or {}
+            include_prompt = config.get("include_prompt", True)
+            modes = config.get("pooling_mode") or tuple(
+                mode for flag, mode in _ST_POOLING_FLAGS.items() if config.get(flag)) or "mean"
+            modes = modes[0] if isinstance(modes, (list, tuple)) and len(modes) == 1 else modes
+            pooling = _ST_POOLINGS.get(tuple(modes) if isinstance(modes, list) else modes)
+            if pooling is None:
+                problems.append(f"pooling {modes!r}")
+        elif kind == "Normalize":
+            normalize = True
+        elif kind != "Transformer":
+            problems.append(f"a {kind} module")
+    problem = None
+    if problems:
+        problem = (f"its sentence-transformers pipeline has {' and '.join(problems)}, which "
+                   "skbert does not compute")
+    return SentenceConfig(pooling, normalize, include_prompt, prompts, default_prompt_name,
+                          problem)

@@ -7,6 +7,7 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
+from skbert._index import INDEXES, top_k_blocked
 from skbert._validation import check_texts
 
 
@@ -14,40 +15,6 @@ def _unit_rows(vectors):
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.maximum(norms, np.finfo(np.float32).tiny)
-
-
-def top_k_blocked(queries, corpus, k, block_size):
-    """Top-``k`` inner products of each query row over ``corpus`` rows, descending.
-
-    Works through blocks of ``block_size`` queries x ``block_size`` corpus rows,
-    keeping a running top-k, so memory is O(block_size * (block_size + k)) however
-    large the corpus. Ties are broken by the lower corpus index.
-
-    Returns
-    -------
-    scores : ndarray of shape (n_queries, k), float32
-    indices : ndarray of shape (n_queries, k), int64
-    """
-    n_queries = len(queries)
-    scores = np.empty((n_queries, k), dtype=np.float32)
-    indices = np.empty((n_queries, k), dtype=np.int64)
-    for q_start in range(0, n_queries, block_size):
-        block = queries[q_start:q_start + block_size]
-        best_scores = np.full((len(block), 0), -np.inf, dtype=np.float32)
-        best_indices = np.empty((len(block), 0), dtype=np.int64)
-        for c_start in range(0, len(corpus), block_size):
-            sims = block @ corpus[c_start:c_start + block_size].T
-            ids = np.broadcast_to(np.arange(c_start, c_start + sims.shape[1]), sims.shape)
-            best_scores = np.concatenate([best_scores, sims], axis=1)
-            best_indices = np.concatenate([best_indices, ids], axis=1)
-            if best_scores.shape[1] > k:
-                keep = np.argpartition(-best_scores, k - 1, axis=1)[:, :k]
-                best_scores = np.take_along_axis(best_scores, keep, axis=1)
-                best_indices = np.take_along_axis(best_indices, keep, axis=1)
-        order = np.lexsort((best_indices, -best_scores), axis=1)
-        scores[q_start:q_start + block_size] = np.take_along_axis(best_scores, order, axis=1)
-        indices[q_start:q_start + block_size] = np.take_along_axis(best_indices, order, axis=1)
-    return scores, indices
 
 
 class SimilaritySearch(BaseEstimator):
@@ -60,6 +27,14 @@ class SimilaritySearch(BaseEstimator):
         transformer or Pipeline fitted on the corpus (e.g. BertVectorizer
         followed by ``PCA(whiten=True)``). It is cloned and fitted at ``fit``.
         None means ``fit`` and the queries take vectors (2-D arrays).
+    query_vectorizer : transformer or None, default=None
+        Turns query texts into vectors, for models that encode queries and
+        documents differently (E5's ``"query: "`` / ``"passage: "``
+        prompts, BGE's instruction before queries): e.g. ``BertVectorizer(
+        model, prompt="query")`` next to ``vectorizer=BertVectorizer(model,
+        prompt="document")``. Cloned and fitted on the corpus texts at ``fit``
+        (for a BertVectorizer that only loads the model, which clones share).
+        None encodes queries with ``vectorizer``.
     n_neighbors : int, default=10
         Default number of neighbours for :meth:`kneighbors`.
     backend : {"exact", "faiss"}, default="exact"
@@ -67,6 +42,23 @@ class SimilaritySearch(BaseEstimator):
         for large corpora. "faiss" builds an approximate HNSW index (inner
         product on unit vectors) for very large corpora; needs
         ``pip install skbert[faiss]``.
+    precision : {"float32", "int8", "binary"}, default="float32"
+        How the exact backend holds the corpus (unit vectors) in memory.
+        "int8" keeps one byte per value, each dimension scaled over the range
+        the corpus spans in it (a quarter of the bytes); queries stay float32
+        and are scored against the decoded values, so scores approximate the
+        cosine similarities. "binary" keeps one bit per value, its sign (1/32
+        of the bytes), and finds candidates by Hamming distance between the
+        query's signs and the corpus bits; see ``rescore``.
+    rescore : int or None, default=4
+        With ``precision="binary"``: the Hamming search keeps ``k * rescore``
+        candidates per query and ranks them by their cosine similarity to the
+        query in float32. The float32 rows live in a memory-mapped temporary
+        file (in ``TMPDIR``), not in the process's memory: the operating
+        system's page cache keeps what is read. None keeps no float32 rows and
+        ranks by Hamming distance alone, with scores ``1 - 2 * hamming /
+        n_features`` (the cosine of the sign vectors). Unused by the other
+        precisions, which score every row.
     block_size : int, default=2048
         Queries and corpus rows per block of the exact search.
 
@@ -74,8 +66,14 @@ class SimilaritySearch(BaseEstimator):
     ----------
     vectorizer_ : transformer or None
         The fitted clone of ``vectorizer``.
+    query_vectorizer_ : transformer or None
+        The fitted clone of ``query_vectorizer``.
     n_samples_fit_ : int
         Number of corpus rows.
+    index_bytes_ : int
+        Bytes of the corpus index in memory: float32 vectors, int8 codes with
+        their per-dimension ranges, or bits (without the memory-mapped rows
+        that binary rescoring reads).
 
     Examples
     --------
@@ -90,15 +88,22 @@ class SimilaritySearch(BaseEstimator):
 
     _parameter_constraints: dict = {
         "vectorizer": [HasMethods(["fit", "transform"]), None],
+        "query_vectorizer": [HasMethods(["fit", "transform"]), None],
         "n_neighbors": [Interval(numbers.Integral, 1, None, closed="left")],
         "backend": [StrOptions({"exact", "faiss"})],
+        "precision": [StrOptions(set(INDEXES))],
+        "rescore": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "block_size": [Interval(numbers.Integral, 1, None, closed="left")],
     }
 
-    def __init__(self, vectorizer=None, *, n_neighbors=10, backend="exact", block_size=2048):
+    def __init__(self, vectorizer=None, *, query_vectorizer=None, n_neighbors=10,
+                 backend="exact", precision="float32", rescore=4, block_size=2048):
         self.vectorizer = vectorizer
+        self.query_vectorizer = query_vectorizer
         self.n_neighbors = n_neighbors
         self.backend = backend
+        self.precision = precision
+        self.rescore = rescore
         self.block_size = block_size
 
     @_fit_context(prefer_skip_nested_validation=False)
@@ -116,31 +121,51 @@ class SimilaritySearch(BaseEstimator):
         -------
         self : SimilaritySearch
         """
+        if self.backend == "faiss" and self.precision != "float32":
+            raise ValueError(f"precision={self.precision!r} is for backend='exact'; the faiss "
+                             "backend keeps float32 vectors.")
+        if self.query_vectorizer is not None and self.vectorizer is None:
+            raise ValueError("query_vectorizer encodes query texts for a corpus of texts: set "
+                             "vectorizer as well.")
         if self.vectorizer is None:
-            self.vectorizer_ = None
+            self.vectorizer_ = self.query_vectorizer_ = None
             vectors = check_array(X, dtype=np.float32)
         else:
             self.vectorizer_ = clone(self.vectorizer)
             vectors = self.vectorizer_.fit_transform(X)
-        self._corpus = _unit_rows(vectors)
-        self.n_samples_fit_ = len(self._corpus)
-        self._index = _faiss_index(self._corpus) if self.backend == "faiss" else None
+            self.query_vectorizer_ = (None if self.query_vectorizer is None
+                                      else clone(self.query_vectorizer).fit(X))
+        unit = _unit_rows(vectors)
+        self.n_samples_fit_, self._n_features = unit.shape
+        if self.backend == "faiss":
+            self._index = _faiss_index(unit)
+            self.index_bytes_ = unit.nbytes
+        else:
+            extra = {"keep_vectors": self.rescore is not None} if self.precision == "binary" else {}
+            self._index = INDEXES[self.precision](unit, **extra)
+            self.index_bytes_ = self._index.nbytes
         return self
 
     def _encode(self, X):
-        if self.vectorizer_ is None:
-            vectors = check_array(X, dtype=np.float32)
-            if vectors.shape[1] != self._corpus.shape[1]:
-                raise ValueError(f"Queries have {vectors.shape[1]} features, the corpus has "
-                                 f"{self._corpus.shape[1]}.")
-            return _unit_rows(vectors)
-        return _unit_rows(self.vectorizer_.transform(X))
+        encoder = self.query_vectorizer_ or self.vectorizer_
+        vectors = check_array(X, dtype=np.float32) if encoder is None else encoder.transform(X)
+        if vectors.shape[1] != self._n_features:
+            source = "Queries" if encoder is None else "The query vectorizer's vectors"
+            raise ValueError(f"{source} have {vectors.shape[1]} features, the corpus has "
+                             f"{self._n_features}.")
+        return _unit_rows(vectors)
 
     def _top_k(self, queries, k):
-        if self._index is not None:
+        if self.backend == "faiss":
             scores, indices = self._index.search(queries, k)
             return scores, indices.astype(np.int64)
-        return top_k_blocked(queries, self._corpus, k, self.block_size)
+        if self.precision != "binary":
+            return top_k_blocked(queries, self._index, k, self.block_size)
+        n_candidates = k if self.rescore is None else min(k * self.rescore, len(self._index))
+        scores, candidates = top_k_blocked(queries, self._index, n_candidates, self.block_size)
+        if self.rescore is None:
+            return scores / self._n_features, candidates  # n_bits - 2 * hamming, scaled
+        return self._index.rescored(queries, candidates, k)
 
     def _check_k(self, k, name, extra=0):
         if not isinstance(k, numbers.Integral) or not 1 <= k <= self.n_samples_fit_ - extra:
@@ -193,7 +218,9 @@ class SimilaritySearch(BaseEstimator):
             scores, indices = self._top_k(self._encode(X), n_neighbors)
         else:
             self._check_k(n_neighbors, "n_neighbors", extra=1)
-            scores, indices = self._top_k(self._corpus, n_neighbors + 1)
+            corpus = (self._index.reconstruct_n(0, self.n_samples_fit_) if self.backend == "faiss"
+                      else self._index.decode())
+            scores, indices = self._top_k(corpus, n_neighbors + 1)
             is_self = indices == np.arange(len(indices))[:, None]
             # Drop each point itself, or the last column where a tie pushed it out.
             is_self[~is_self.any(axis=1), -1] = True
@@ -211,7 +238,7 @@ class SimilaritySearch(BaseEstimator):
 
     def __getstate__(self):
         state = dict(super().__getstate__())
-        if state.get("_index") is not None:
+        if state.get("backend") == "faiss" and "_index" in state:
             import faiss
 
             state["_index"] = faiss.serialize_index(state["_index"])
@@ -219,7 +246,7 @@ class SimilaritySearch(BaseEstimator):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        if getattr(self, "_index", None) is not None:
+        if self.backend == "faiss" and hasattr(self, "_index"):
             import faiss
 
             self._index = faiss.deserialize_index(self._index)

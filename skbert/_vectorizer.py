@@ -1,5 +1,6 @@
 """BertVectorizer: texts -> fixed-size BERT features, with extraction choices as hyperparameters."""
 
+import dataclasses
 import os
 from numbers import Integral
 
@@ -9,7 +10,7 @@ from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
 from skbert import _cache, _loading, _persistence
-from skbert._base import EncoderMixin
+from skbert._base import POOLING_NAMES, EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import forward_parts, text_budget, tokenize
 from skbert._features import (
@@ -44,16 +45,41 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         layers, merged per token by ``layer_combine``; "all" takes every one.
     layer_combine : {"mean", "sum", "concat"}, default="mean"
         How several layers merge into one token vector (before pooling).
-    pooling : {"mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last"}, \
-default="mean"
+    pooling : {"mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last", \
+"auto"}, default="mean"
         Tokens -> one vector: masked mean, the [CLS] vector, masked
         element-wise max, sum / sqrt(n_tokens), mean and max side by side,
         BERT's tanh pooler over the last layer's [CLS] (needs ``layer=-1``
-        and a model with a pooler), or the final [SEP].
+        and a model with a pooler), or the final [SEP]. "auto" is the pooling
+        that a sentence-transformers model folder declares (``modules.json``
+        and its Pooling module's ``config.json``: cls, mean, max,
+        mean_sqrt_len_tokens or lasttoken), and "mean" for any other model. The
+        folder is read at ``fit``; ``pooling_`` is the pooling in use.
     include_special_tokens : bool, default=True
         Whether [CLS] and [SEP] take part in mean and max pooling.
-    norm : {"l1", "l2", "max"} or None, default=None
+    norm : {"l1", "l2", "max", "auto"} or None, default=None
         Row normalization, exactly as :func:`sklearn.preprocessing.normalize`.
+        "auto" is "l2" when the model is a sentence-transformers folder with a
+        Normalize module, None otherwise (``norm_`` is the one in use).
+        With ``pooling="auto"`` or ``norm="auto"``, a folder whose pipeline has
+        a module skbert does not compute (Dense, weighted-mean pooling, ...)
+        is an error rather than a silently different embedding.
+    prompt : str or None, default=None
+        Text put before every text (the first text of a pair) before
+        tokenization, e.g. ``"query: "`` for E5 models; or the name of a
+        prompt that the model's ``config_sentence_transformers.json`` defines
+        (a name wins over the same literal text), e.g. ``"query"``. None is
+        that file's default prompt, if it names one, and no prompt otherwise;
+        ``""`` is no prompt. The prompt opens every window of a long text
+        (``truncation="chunks"`` repeats it) and takes part in pooling, unless
+        the model's Pooling config says ``include_prompt: false``: then, as in
+        sentence-transformers, the prompt and the special tokens before it are
+        left out of mean and max pooling. The prompt changes the tokens, so
+        each prompt has its own cache entries. Resolved text: ``prompt_``.
+    truncate_dim : int or None, default=None
+        Keep only the first ``truncate_dim`` features, before normalization
+        (Matryoshka models carry most of their signal in the first
+        dimensions). None keeps them all.
     max_length : int or None, default=None
         Tokens per window, special tokens included. None is the model's limit.
     truncation : {"head", "tail", "head_tail", "chunks"}, default="head"
@@ -120,6 +146,12 @@ default="mean"
         Its tokenizer.
     n_layers_ : int
         Number of hidden states, the embedding output included (layers + 1).
+    pooling_ : str
+        The pooling in use: ``pooling``, or what "auto" resolved to.
+    norm_ : str or None
+        The normalization in use: ``norm``, or what "auto" resolved to.
+    prompt_ : str
+        The text put before every text ("" for none).
 
     See Also
     --------
@@ -144,8 +176,11 @@ default="mean"
         **EncoderMixin._parameter_constraints,
         "layer": [Integral, list, tuple, StrOptions({"all"})],
         "layer_combine": [StrOptions({"mean", "sum", "concat"})],
+        "pooling": [StrOptions({*POOLING_NAMES, "auto"})],
         "include_special_tokens": ["boolean"],
-        "norm": [StrOptions({"l1", "l2", "max"}), None],
+        "norm": [StrOptions({"l1", "l2", "max", "auto"}), None],
+        "prompt": [str, None],
+        "truncate_dim": [Interval(Integral, 1, None, closed="left"), None],
         "truncation": [StrOptions({"head", "tail", "head_tail", "chunks"})],
         "stride": [Interval(Integral, 0, None, closed="left")],
         "chunk_pooling": [StrOptions({"mean", "max", "weighted"})],
@@ -162,6 +197,8 @@ default="mean"
         pooling="mean",
         include_special_tokens=True,
         norm=None,
+        prompt=None,
+        truncate_dim=None,
         max_length=None,
         truncation="head",
         stride=0,
@@ -180,6 +217,8 @@ default="mean"
         self.pooling = pooling
         self.include_special_tokens = include_special_tokens
         self.norm = norm
+        self.prompt = prompt
+        self.truncate_dim = truncate_dim
         self.max_length = max_length
         self.truncation = truncation
         self.stride = stride
@@ -217,9 +256,43 @@ default="mean"
         self.model_, self.tokenizer_ = loaded.model, loaded.tokenizer
         self._fingerprint = loaded.fingerprint
         self.n_layers_ = self.model_.config.num_hidden_layers + 1
-        self._extraction()
+        self._sentence = loaded.sentence  # what the folder says: pooling_, norm_, prompt_
+        self._folder_setting("norm")
+        self._width(self._extraction())
         self._window_length()
         return self
+
+    def _folder_setting(self, name):
+        """``name`` ("pooling" or "norm") in use: the parameter, or what "auto" resolves to."""
+        value, sentence = getattr(self, name), self._sentence
+        if value != "auto":
+            return value
+        if sentence.problem:
+            raise ValueError(
+                f"{name}='auto' cannot reproduce the embedding of {os.fspath(self.model)!r}: "
+                f"{sentence.problem}. Choose pooling and norm explicitly to use its encoder as "
+                "it is."
+            )
+        if name == "pooling":
+            return sentence.pooling or "mean"
+        return "l2" if sentence.normalize else None
+
+    @property
+    def pooling_(self):
+        check_is_fitted(self)
+        return self._folder_setting("pooling")
+
+    @property
+    def norm_(self):
+        check_is_fitted(self)
+        return self._folder_setting("norm")
+
+    @property
+    def prompt_(self):
+        check_is_fitted(self)
+        sentence = self._sentence
+        name = sentence.default_prompt_name if self.prompt is None else self.prompt
+        return sentence.prompts.get(name, self.prompt or "")
 
     def transform(self, X):
         """Encode texts into features.
@@ -239,15 +312,19 @@ default="mean"
         check_is_fitted(self)
         texts = check_texts(X)
         extraction = self._extraction()
+        width = self._width(extraction)
         if not texts:
-            return np.empty((0, self._n_features_out), dtype=np.float32)
+            return np.empty((0, width), dtype=np.float32)
         model = self._model_on(_loading.resolve_device(self.device))
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
-                           self.stride)
+                           self.stride, self.prompt_, self._sentence.include_prompt)
         features = self._window_features(model, windows, extraction)
         features = merge_windows(features, windows.owner, windows.n_text_tokens,
                                  self.chunk_pooling)
-        return normalize(features, norm=self.norm, copy=False) if self.norm else features
+        if width < features.shape[1]:
+            features = np.ascontiguousarray(features[:, :width])
+        norm = self.norm_
+        return normalize(features, norm=norm, copy=False) if norm else features
 
     def _window_features(self, model, windows, extraction):
         """Features of every window: from the cache, or from forward passes of the misses only."""
@@ -288,24 +365,42 @@ default="mean"
             f"use indices from {-n_states} to {n_states - 1} (0 is the embedding output), "
             "a list of them, or 'all'"
         )
-        layers = self._checked_layers(layers, accepted)
-        return Extraction(layers, self.layer_combine, self.pooling, self.include_special_tokens)
+        layers = self._checked_layers(layers, accepted, self.pooling_)
+        return Extraction(layers, self.layer_combine, self.pooling_, self.include_special_tokens)
 
     def _window_length(self):
-        """Tokens per window: ``max_length``, checked against the model's limit and ``stride``."""
+        """Tokens per window: ``max_length``, checked against the model's limit, the prompt
+        and ``stride``."""
         max_length = super()._window_length()
         budget = text_budget(self.tokenizer_, max_length)
+        if self.prompt_:
+            n_prompt = len(self.tokenizer_(self.prompt_, add_special_tokens=False)["input_ids"])
+            if n_prompt >= budget:
+                raise ValueError(
+                    f"The prompt {self.prompt_!r} takes {n_prompt} tokens, which leaves no room "
+                    f"for text in a window of max_length={max_length} ({budget} text tokens)."
+                )
+            budget -= n_prompt
         if self.truncation == "chunks" and self.stride >= budget:
             raise ValueError(
                 f"stride={self.stride!r} must be smaller than the text tokens of a window "
-                f"(max_length={max_length} less special tokens = {budget}) with "
+                f"(max_length={max_length} less special tokens{' and prompt' * bool(self.prompt_)}"
+                f" = {budget}) with "
                 "truncation='chunks'."
             )
         return max_length
 
+    def _width(self, extraction):
+        """Features out: those of ``extraction``, or ``truncate_dim`` of them (checked)."""
+        width = n_features(extraction, self.model_.config.hidden_size)
+        if self.truncate_dim is not None and self.truncate_dim > width:
+            raise ValueError(f"truncate_dim={self.truncate_dim!r} exceeds the {width} features "
+                             "of this setting.")
+        return width if self.truncate_dim is None else self.truncate_dim
+
     @property
     def _n_features_out(self):
-        return n_features(self._extraction(), self.model_.config.hidden_size)
+        return self._width(self._extraction())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -321,11 +416,15 @@ default="mean"
                 state["_files"] = _persistence.dump_model(model, tokenizer)
             else:  # a reference: where the weights are, which revision, and their fingerprint
                 state["_revision"] = getattr(model.config, "_commit_hash", None) or self.revision
+            # Builtins only, so that skops needs to trust no type beyond BertVectorizer.
+            state["_sentence"] = dataclasses.asdict(state["_sentence"])
         return state
 
     def __setstate__(self, state):
         files = state.pop("_files", None)
         revision = state.pop("_revision", state.get("revision"))
+        if "_sentence" in state:
+            state["_sentence"] = _loading.SentenceConfig(**state["_sentence"])
         super().__setstate__(state)
         if files is not None:
             self.model_, self.tokenizer_ = _persistence.load_model(files, self.dtype)

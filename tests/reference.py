@@ -9,7 +9,8 @@ from transformers import AutoModel, AutoTokenizer
 
 @functools.lru_cache(maxsize=8)
 def _states(model_dir, texts, max_length):
-    """Per text: hidden states (float64, one array per layer), special-token mask, pooler output."""
+    """Per text: hidden states (float64, one array per layer), special-token mask, pooler output
+    (None for a model without a pooler)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModel.from_pretrained(model_dir).eval()
     results = []
@@ -22,7 +23,8 @@ def _states(model_dir, texts, max_length):
         with torch.no_grad():
             output = model(**encoded, output_hidden_states=True)
         states = [h[0].numpy().astype(np.float64) for h in output.hidden_states]
-        results.append((states, special, output.pooler_output[0].numpy()))
+        pooler = getattr(output, "pooler_output", None)  # None: the model has no pooler
+        results.append((states, special, None if pooler is None else pooler[0].numpy()))
     return results
 
 

@@ -132,7 +132,7 @@ def test_the_encoder_stops_at_the_deepest_layer_read(private, texts, layer, monk
     calls = record_layer_calls(private.model_)
     shallow = private.set_params(layer=layer, pooling="mean_max").transform(texts)
     deepest = max(private._extraction().layers)
-    assert set(calls) == set(range(deepest))
+    assert set(calls) == set(range(max(deepest, 1)))  # at least one layer runs
     assert len(private.model_.encoder.layer) == 2  # the shared model is left as it is
     calls.clear()
     monkeypatch.setattr(_encoding, "shallow_view", lambda model, n_layers: model)

@@ -67,6 +67,17 @@ def test_embed_text_file_equals_transform(tiny_model_dir, tmp_path, texts):
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected.transform(lines))
 
 
+def test_embed_with_a_prompt_auto_and_truncate_dim(tiny_model_dir, tmp_path, texts):
+    source = tmp_path / "texts.txt"
+    lines = [t for t in texts if t]
+    source.write_text("\n".join(lines) + "\n")
+    assert _cli.main(["embed", str(source), "-o", str(tmp_path / "out.npy"), "--model",
+                      tiny_model_dir, "--pooling", "auto", "--norm", "auto", "--prompt",
+                      "query: ", "--truncate-dim", "8"]) == 0
+    expected = BertVectorizer(tiny_model_dir, prompt="query: ", truncate_dim=8, cache=False).fit()
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected.transform(lines))
+
+
 def test_embed_csv_jsonl_and_parquet(tiny_model_dir, tmp_path):
     pd.DataFrame({"id": [1, 2], "body": ["the cat", "a dog, sat"]}).to_csv(
         tmp_path / "in.csv", index=False)

@@ -11,7 +11,7 @@ from sklearn.neighbors import NearestNeighbors
 from sklearn.pipeline import make_pipeline
 
 from skbert import BertVectorizer, PairSimilarity, SimilaritySearch
-from skbert._search import top_k_blocked
+from skbert._index import Int8Index, top_k_blocked
 
 
 @pytest.fixture
@@ -122,6 +122,120 @@ def test_missing_faiss_is_a_clear_import_error(vectors, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_faiss)
     with pytest.raises(ImportError, match=r"pip install 'skbert\[faiss\]'"):
         SimilaritySearch(backend="faiss").fit(vectors[0])
+
+
+# --- compact indexes and asymmetric search -----------------------------------------------------
+
+@pytest.fixture
+def clustered():
+    """Unit-ish vectors around 30 centres, off the origin as sentence embeddings are."""
+    rng = np.random.default_rng(1)
+    centres = rng.normal(size=(30, 48)) + 1.5
+    corpus = centres[rng.integers(0, 30, 600)] + 0.6 * rng.normal(size=(600, 48))
+    queries = centres[rng.integers(0, 30, 50)] + 0.6 * rng.normal(size=(50, 48))
+    return corpus.astype(np.float32), queries.astype(np.float32)
+
+
+def _recall(found, exact):
+    return np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, exact)])
+
+
+def test_int8_scores_are_the_query_against_the_decoded_corpus(clustered):
+    corpus, queries = clustered
+    index = Int8Index(corpus)
+    np.testing.assert_allclose(index.similarity(queries, 100, 300),
+                               queries @ index.decode(100, 300).T, rtol=1e-5, atol=1e-4)
+    # Each value within half a step of its dimension's range.
+    assert (np.abs(index.decode() - corpus) <= index.scale / 2 + 1e-6).all()
+
+
+def test_int8_index_finds_the_float32_neighbours_at_a_quarter_of_the_bytes(clustered):
+    corpus, queries = clustered
+    exact = SimilaritySearch().fit(corpus)
+    compact = SimilaritySearch(precision="int8", block_size=64).fit(corpus)
+    assert compact.index_bytes_ == corpus.size + 2 * 4 * corpus.shape[1]
+    assert exact.index_bytes_ == 4 * corpus.size
+    scores, indices = compact.search(queries, k=10)
+    exact_scores, exact_indices = exact.search(queries, k=10)
+    assert _recall(indices, exact_indices) >= 0.95
+    np.testing.assert_allclose(scores, exact_scores, atol=0.01)
+    neighbours = compact.kneighbors(n_neighbors=3, return_distance=False)
+    assert not (neighbours == np.arange(len(corpus))[:, None]).any()
+
+
+def test_binary_index_hamming_candidates_then_rescoring(clustered, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the float32 rows are mapped from
+    corpus, queries = clustered
+    exact_indices = SimilaritySearch().fit(corpus).search(queries, k=10)[1]
+    binary = SimilaritySearch(precision="binary", rescore=None).fit(corpus)
+    assert binary.index_bytes_ == corpus.size // 8 and binary._index.vectors is None
+    scores, indices = binary.search(queries, k=10)
+    # Without rescoring: the cosine of the sign vectors, n_bits - 2 * hamming over n_bits.
+    signs = np.where(corpus > 0, 1.0, -1.0)
+    expected = np.where(queries > 0, 1.0, -1.0) @ signs.T / 48
+    np.testing.assert_allclose(scores, np.take_along_axis(expected, indices, axis=1), atol=1e-6)
+    np.testing.assert_allclose(scores[:, 0], expected.max(axis=1), atol=1e-6)
+    assert (np.diff(scores, axis=1) <= 0).all()
+
+    rescoring = SimilaritySearch(precision="binary", rescore=4).fit(corpus)
+    assert rescoring.index_bytes_ == binary.index_bytes_
+    assert isinstance(rescoring._index.vectors, np.memmap)
+    assert list(tmp_path.iterdir()) == []  # mapped, the file's name already removed
+    rescored_scores, rescored = rescoring.search(queries, k=10)
+    assert _recall(rescored, exact_indices) > _recall(indices, exact_indices)
+    # Rescoring ranks the 40 Hamming candidates by their float32 cosine similarity.
+    candidates = binary.search(queries, k=40)[1]
+    cosines = np.take_along_axis(_unit(queries) @ _unit(corpus).T, candidates, axis=1)
+    best = np.argsort(-cosines, axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(rescored, np.take_along_axis(candidates, best, axis=1))
+    np.testing.assert_allclose(rescored_scores, np.take_along_axis(cosines, best, axis=1),
+                               atol=1e-6)
+    neighbours = rescoring.kneighbors(n_neighbors=3, return_distance=False)
+    assert not (neighbours == np.arange(len(corpus))[:, None]).any()
+
+
+def _unit(vectors):
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_compact_indexes_survive_joblib(clustered, tmp_path):
+    corpus, queries = clustered
+    for precision in ("int8", "binary"):
+        search = SimilaritySearch(precision=precision).fit(corpus)
+        joblib.dump(search, tmp_path / "search.joblib")
+        reloaded = joblib.load(tmp_path / "search.joblib")
+        for got, expected in zip(reloaded.search(queries, k=5), search.search(queries, k=5)):
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_compact_index_errors(clustered, tiny_model_dir):
+    corpus, _ = clustered
+    with pytest.raises(ValueError, match="precision='int8' is for backend='exact'"):
+        SimilaritySearch(backend="faiss", precision="int8").fit(corpus)
+    with pytest.raises(ValueError, match="The 'precision' parameter of SimilaritySearch"):
+        SimilaritySearch(precision="float16").fit(corpus)
+    with pytest.raises(ValueError, match="The 'rescore' parameter of SimilaritySearch"):
+        SimilaritySearch(precision="binary", rescore=0).fit(corpus)
+    with pytest.raises(ValueError, match="query_vectorizer encodes query texts .* set vectorizer"):
+        SimilaritySearch(query_vectorizer=BertVectorizer(tiny_model_dir)).fit(corpus)
+
+
+def test_queries_and_documents_encoded_by_their_own_vectorizers(tiny_model_dir, texts):
+    documents = BertVectorizer(tiny_model_dir, prompt="the text: ")
+    queries = BertVectorizer(tiny_model_dir, prompt="what: ")
+    search = SimilaritySearch(documents, query_vectorizer=queries).fit(texts)
+    scores, indices = search.search(texts[:4], k=3)
+    query_vectors = _unit(queries.fit().transform(texts[:4]))
+    corpus_vectors = _unit(documents.fit().transform(texts))
+    expected = top_k_blocked(query_vectors, corpus_vectors, 3, 2048)
+    np.testing.assert_array_equal(indices, expected[1])
+    np.testing.assert_allclose(scores, expected[0], atol=1e-6)
+    symmetric = SimilaritySearch(documents).fit(texts).search(texts[:4], k=3)[0]
+    assert np.abs(symmetric - scores).max() > 1e-3
+    narrow = SimilaritySearch(documents, query_vectorizer=queries.set_params(truncate_dim=8))
+    with pytest.raises(ValueError, match="query vectorizer's vectors have 8 features, the "
+                                         "corpus has 32"):
+        narrow.fit(texts).search(texts[:1], k=2)
 
 
 # --- PairSimilarity ----------------------------------------------------------------------------
