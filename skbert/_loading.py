@@ -221,6 +221,8 @@ def sentence_config(source, revision=None):
             pooling = _ST_POOLINGS.get(tuple(modes) if isinstance(modes, list) else modes)
             if pooling is None:
                 problems.append(f"pooling {modes!r}")
+            elif pooling == "cls" and not include_prompt:  # its "first token" follows the prompt
+                problems.append("cls pooling with include_prompt: false")
         elif kind == "Normalize":
             normalize = True
         elif kind != "Transformer":

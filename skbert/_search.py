@@ -147,7 +147,7 @@ class SimilaritySearch(BaseEstimator):
         return self
 
     def _encode(self, X):
-        encoder = self.query_vectorizer_ or self.vectorizer_
+        encoder = self.vectorizer_ if self.query_vectorizer_ is None else self.query_vectorizer_
         vectors = check_array(X, dtype=np.float32) if encoder is None else encoder.transform(X)
         if vectors.shape[1] != self._n_features:
             source = "Queries" if encoder is None else "The query vectorizer's vectors"
@@ -161,6 +161,9 @@ class SimilaritySearch(BaseEstimator):
             return scores, indices.astype(np.int64)
         if self.precision != "binary":
             return top_k_blocked(queries, self._index, k, self.block_size)
+        if self.rescore is not None and self._index.vectors is None:
+            raise ValueError(f"rescore={self.rescore!r} reads float32 rows, which this index was "
+                             "fitted without (rescore=None): fit it again.")
         n_candidates = k if self.rescore is None else min(k * self.rescore, len(self._index))
         scores, candidates = top_k_blocked(queries, self._index, n_candidates, self.block_size)
         if self.rescore is None:

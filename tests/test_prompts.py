@@ -145,6 +145,10 @@ def test_auto_refuses_a_pipeline_it_cannot_compute(tiny_model_dir, tmp_path):
     weighted = save_sentence_model(tiny_model_dir, tmp_path / "weighted", "weightedmean")
     with pytest.raises(ValueError, match="pooling='auto' .* pooling 'weightedmean'"):
         BertVectorizer(weighted, pooling="auto").fit()
+    first_after_prompt = save_sentence_model(tiny_model_dir, tmp_path / "cls", "cls",
+                                             include_prompt=False)
+    with pytest.raises(ValueError, match="cls pooling with include_prompt: false"):
+        BertVectorizer(first_after_prompt, pooling="auto").fit()
     # Chosen explicitly, the encoder is used as it is.
     assert BertVectorizer(dense, pooling="mean").fit().transform(["good"]).shape == (1, 32)
 

@@ -218,6 +218,10 @@ def test_compact_index_errors(clustered, tiny_model_dir):
         SimilaritySearch(precision="binary", rescore=0).fit(corpus)
     with pytest.raises(ValueError, match="query_vectorizer encodes query texts .* set vectorizer"):
         SimilaritySearch(query_vectorizer=BertVectorizer(tiny_model_dir)).fit(corpus)
+    without_rows = SimilaritySearch(precision="binary", rescore=None).fit(corpus)
+    with pytest.raises(ValueError, match="rescore=4 reads float32 rows, which this index was "
+                                         "fitted without"):
+        without_rows.set_params(rescore=4).search(corpus[:2])
 
 
 def test_queries_and_documents_encoded_by_their_own_vectorizers(tiny_model_dir, texts):
