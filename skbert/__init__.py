@@ -6,12 +6,17 @@ other preprocessing choice. Importing skbert does not import torch or
 transformers; they load when a model does.
 """
 
+import importlib.metadata
+
 from skbert._cache import clear_cache, set_cache_limit
 from skbert._finetune import BertClassifier, BertRegressor
 from skbert._search import PairSimilarity, SimilaritySearch
 from skbert._vectorizer import BertVectorizer
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version: one number, in pyproject.toml
+    __version__ = importlib.metadata.version("skbert")
+except importlib.metadata.PackageNotFoundError:  # the source tree, not installed
+    __version__ = "unknown"
 
 __all__ = [
     "BertClassifier",

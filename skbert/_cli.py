@@ -338,11 +338,12 @@ def probe(args):
         raise CommandError(f"probe reads labelled .csv, .tsv or .jsonl files, got {args.data!r}")
     texts = read_texts(args.data, args.text_column, args.text_column)
     labels = read_texts(args.data, args.label_column, args.label_column)
-    report = layer_report(_vectorizer(args), texts, labels, layers=args.layers,
+    # One progress bar, over the report's cells: none for each cell's transform.
+    report = layer_report(_vectorizer(args, verbose=False), texts, labels, layers=args.layers,
                           poolings=args.poolings, cv=args.cv, verbose=True)
     out = Path(args.out)
     table = out.with_suffix(".csv")
-    report.to_csv(table)
+    report.round(4).to_csv(table)
     ax = plot_layer_report(report)
     ax.figure.savefig(out, dpi=120, bbox_inches="tight")
     layer, pooling = report.stack().idxmax()

@@ -47,7 +47,11 @@ def resolve_device(device):
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    resolved = torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device={device!r} is not a device: use 'auto', 'cpu', 'cuda', "
+                         "'cuda:N' or 'mps'.") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but CUDA is not available; use 'auto' or 'cpu'.")
     if resolved.type == "mps" and not torch.backends.mps.is_available():
@@ -122,6 +126,10 @@ def from_pretrained(source, revision, dtype):
     bad_path = os.path.isabs(source) or source.startswith((".", "~")) or source.count("/") > 1
     if not is_dir and bad_path:
         raise FileNotFoundError(f"Model directory {source!r} does not exist.")
+    if is_dir and not os.path.isfile(os.path.join(source, "config.json")):
+        raise OSError(f"{source!r} is not a model directory: it has no config.json (a "
+                      "Hugging Face model directory holds config.json, the weights and the "
+                      "tokenizer files, as save_pretrained writes them).")
     from safetensors import SafetensorError
 
     try:

@@ -6,6 +6,9 @@ heatmap. The encoder runs once per text for the whole report (the forward-pass
 cache of :class:`skbert.BertVectorizer`).
 """
 
+import warnings
+from numbers import Integral
+
 import numpy as np
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
@@ -82,13 +85,32 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "ma
     stds = means.copy()
     cells = [(row, layer, pooling) for row, layer in zip(row_names, layer_list)
              for pooling in poolings]
+    _warn_small_classes(estimator, y, cv)
     for row, layer, pooling in tqdm(cells, desc="layer_report", disable=not verbose):
         features = base.set_params(layer=layer, pooling=pooling).fit().transform(texts)
-        scores = cross_val_score(clone(estimator), features, y, cv=cv, scoring=scoring,
-                                 n_jobs=n_jobs)
+        with warnings.catch_warnings():  # said once above, not once per cell
+            warnings.filterwarnings("ignore", "The least populated class in y", UserWarning)
+            scores = cross_val_score(clone(estimator), features, y, cv=cv, scoring=scoring,
+                                     n_jobs=n_jobs)
         means.loc[row, pooling], stds.loc[row, pooling] = scores.mean(), scores.std()
     means.attrs.update(std=stds, scoring=scoring)
     return means
+
+
+def _warn_small_classes(estimator, y, cv):
+    """Warn once when a class has fewer members than stratified folds (sklearn warns per split)."""
+    from sklearn.base import is_classifier
+    from sklearn.utils.multiclass import type_of_target
+
+    if not (isinstance(cv, Integral) and is_classifier(estimator)
+            and type_of_target(y) in ("binary", "multiclass")):
+        return
+    classes, counts = np.unique(np.asarray(y), return_counts=True)
+    n_small, least = int((counts < cv).sum()), classes[counts.argmin()].item()
+    if n_small:
+        warnings.warn(f"{n_small} class(es) of y have fewer members than cv={cv} folds "
+                      f"(least populated: {least!r} with {counts.min()}): their folds are "
+                      "unbalanced and the scores noisier.", UserWarning, stacklevel=3)
 
 
 def plot_layer_report(report, ax=None, *, cmap="viridis"):

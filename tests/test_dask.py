@@ -1,12 +1,13 @@
 """skbert.dask on a 2-process LocalCluster: results, pairs, bags, loads per worker, GridSearchCV.
 
-Partition-wise transforms equal the local transform of the same rows exactly.
-Whole-input equality is exact with ``batch_size=1`` (no padding, so a text's
-features do not depend on its batch); with larger batches, which texts share
-a batch changes float rounding (about 1e-7), as in the batch-size invariance
-test of BertVectorizer. Local transforms here run on one torch thread, as the
-workers do: a matrix product split over another number of threads may round
-differently in the last bit (seen with ``batch_size=1`` on a 2-core AMD EPYC).
+What the workers compute is compared with local transforms to 1e-6: they are
+other processes, which may pick other kernels, and torch promises equal
+results to rounding there, not to the bit. Local transforms here run on one
+torch thread, as the workers do. Whole-input comparisons use ``batch_size=1``
+(no padding, so a text's features do not depend on its batch); with larger
+batches, which texts share a batch changes float rounding (about 1e-7), as in
+the batch-size invariance test of BertVectorizer. Exact equality is kept
+within this process (a threaded scheduler, a pickled copy).
 """
 
 import collections
@@ -90,14 +91,14 @@ def test_series_equals_local_transform_with_index_and_meta(client, fitted):
     result = features.compute()
     assert list(result.index) == list(texts.index.compute())
     assert (result.dtypes == np.float32).all()
-    np.testing.assert_array_equal(result.to_numpy(), partitionwise(fitted, texts))
+    np.testing.assert_allclose(result.to_numpy(), partitionwise(fitted, texts), rtol=0, atol=1e-6)
     np.testing.assert_allclose(result.to_numpy(), fitted.transform(TEXTS), atol=1e-5)
 
 
-def test_no_padding_equals_whole_local_transform_exactly(client, tiny_model_dir):
+def test_no_padding_equals_whole_local_transform(client, tiny_model_dir):
     vectorizer = BertVectorizer(tiny_model_dir, batch_size=1, cache=False).fit()
     result = skbert.dask.transform(vectorizer, series(TEXTS, npartitions=5)).compute()
-    np.testing.assert_array_equal(result.to_numpy(), vectorizer.transform(TEXTS))
+    np.testing.assert_allclose(result.to_numpy(), vectorizer.transform(TEXTS), rtol=0, atol=1e-6)
 
 
 def test_text_pairs(client, fitted):
@@ -105,7 +106,7 @@ def test_text_pairs(client, fitted):
     frame = dd.from_pandas(pairs, npartitions=3)
     result = skbert.dask.transform(fitted, frame).compute()
     expected = np.vstack([fitted.transform(part.compute()) for part in frame.to_delayed()])
-    np.testing.assert_array_equal(result.to_numpy(), expected)
+    np.testing.assert_allclose(result.to_numpy(), expected, rtol=0, atol=1e-6)
     assert not np.allclose(result.to_numpy(), fitted.transform(TEXTS[:20]), atol=1e-3)
 
 
@@ -114,10 +115,10 @@ def test_bag_gives_an_array_in_item_order(client, fitted):
     features = skbert.dask.transform(fitted, bag)
     assert features.dtype == np.float32 and features.shape[1] == 32
     assert np.isnan(features.shape[0])
-    np.testing.assert_array_equal(features.compute(), partitionwise(fitted, bag))
+    np.testing.assert_allclose(features.compute(), partitionwise(fitted, bag), rtol=0, atol=1e-6)
     pairs = db.from_sequence(list(zip(TEXTS[:10], TEXTS[10:20])), npartitions=2)
-    np.testing.assert_array_equal(skbert.dask.transform(fitted, pairs).compute(),
-                                  partitionwise(fitted, pairs))
+    np.testing.assert_allclose(skbert.dask.transform(fitted, pairs).compute(),
+                               partitionwise(fitted, pairs), rtol=0, atol=1e-6)
 
 
 def test_pipeline_with_reference_shipment(client, fitted, tiny_model_dir):
@@ -127,7 +128,8 @@ def test_pipeline_with_reference_shipment(client, fitted, tiny_model_dir):
     texts = series(TEXTS, npartitions=3)
     features = skbert.dask.transform(pipe, texts, persist_weights=False)
     assert list(features.columns) == ["pca0", "pca1", "pca2", "pca3"]
-    np.testing.assert_array_equal(features.compute().to_numpy(), partitionwise(pipe, texts))
+    np.testing.assert_allclose(features.compute().to_numpy(), partitionwise(pipe, texts),
+                               rtol=1e-5, atol=1e-6)
     assert pipe[0].persist_weights is True  # the estimator shipped is a copy
 
 

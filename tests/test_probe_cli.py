@@ -286,6 +286,32 @@ def test_probe_writes_png_and_csv(tiny_model_dir, tmp_path, capsys):
     assert table.shape == (3, 2)
 
 
+def test_probe_is_quiet_and_its_table_rounded(tiny_model_dir, tmp_path, capsys):
+    texts = X + ["good great film", "awful bad movie"]
+    labels = Y + ["mixed", "mixed"]  # a class smaller than the folds
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "data.csv", index=False)
+    with pytest.warns(UserWarning) as caught:
+        assert _cli.main(["probe", str(tmp_path / "data.csv"), "--text-column", "text",
+                          "--label-column", "label", "--model", tiny_model_dir, "--cv", "3",
+                          "--out", str(tmp_path / "report.png")]) == 0
+    messages = [str(warning.message) for warning in caught]
+    assert len(messages) == 1, messages
+    assert re.match(r"1 class\(es\) of y have fewer members than cv=3 folds \(least "
+                    r"populated: 'mixed' with 2\)", messages[0])
+    bars = capsys.readouterr().err
+    assert "layer_report" in bars and "BertVectorizer" not in bars
+    cells = (tmp_path / "report.csv").read_text().splitlines()[1].split(",")[1:]
+    assert cells and all(len(cell.partition(".")[2]) <= 4 for cell in cells), cells
+
+
+def test_device_and_model_directory_errors_say_what_is_wrong(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="device='gpu' is not a device: use 'auto', 'cpu'"):
+        BertVectorizer(tiny_model_dir, device="gpu").fit()
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(OSError, match="is not a model directory: it has no config.json"):
+        BertVectorizer(str(tmp_path)).fit()
+
+
 def test_the_command_turns_the_onednn_kernel_cache_off_unless_set(monkeypatch):
     variable, seen = "ONEDNN_PRIMITIVE_CACHE_CAPACITY", []
     monkeypatch.setattr(_cli, "main", lambda: seen.append(os.environ.get(variable)) or 0)
