@@ -516,7 +516,8 @@ class BertRegressor(RegressorMixin, _BaseFinetuner):
     The same model and training as :class:`BertClassifier`, with a squared
     error loss. Targets are standardized for training (so the default
     learning rate suits any unit) and predictions are scaled back. On text
-    pairs it is a cross-encoder, e.g. for semantic similarity scores.
+    pairs it is a cross-encoder, e.g. for semantic similarity scores. Each
+    parameter means what it means for :class:`BertClassifier`.
 
     Parameters
     ----------
@@ -564,8 +565,6 @@ default="cls"
         Hub revision to pin.
     verbose : bool or int, default=False
         Show a progress bar per epoch with the running training loss.
-
-    Each parameter means what it means for :class:`BertClassifier`.
 
     Attributes
     ----------
