@@ -105,8 +105,9 @@ def _warn_small_classes(estimator, y, cv):
     if not (isinstance(cv, Integral) and is_classifier(estimator)
             and type_of_target(y) in ("binary", "multiclass")):
         return
-    classes, counts = np.unique(np.asarray(y), return_counts=True)
-    n_small, least = int((counts < cv).sum()), classes[counts.argmin()].item()
+    # Object dtype: the labels as the user's Python objects, str or int, for the message.
+    classes, counts = np.unique(np.asarray(y, dtype=object), return_counts=True)
+    n_small, least = int((counts < cv).sum()), classes[counts.argmin()]
     if n_small:
         warnings.warn(f"{n_small} class(es) of y have fewer members than cv={cv} folds "
                       f"(least populated: {least!r} with {counts.min()}): their folds are "

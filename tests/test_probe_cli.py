@@ -286,6 +286,17 @@ def test_probe_writes_png_and_csv(tiny_model_dir, tmp_path, capsys):
     assert table.shape == (3, 2)
 
 
+@pytest.mark.parametrize("labels", [Y + ["mixed"] * 2, np.array(Y + ["mixed"] * 2, dtype=object),
+                                    [0] * 6 + [1] * 6 + [2] * 2])
+def test_a_class_smaller_than_the_folds_is_said_once(tiny_model_dir, labels):
+    texts = X + ["good great film", "awful bad movie"]
+    with pytest.warns(UserWarning) as caught:
+        layer_report(BertVectorizer(tiny_model_dir), texts, labels, layers=[0, -1], cv=3)
+    least = "2" if isinstance(labels[0], int) else "'mixed'"
+    expected = f"1 class(es) of y have fewer members than cv=3 folds (least populated: {least} "
+    assert [str(warning.message)[:len(expected)] for warning in caught] == [expected]
+
+
 def test_probe_is_quiet_and_its_table_rounded(tiny_model_dir, tmp_path, capsys):
     texts = X + ["good great film", "awful bad movie"]
     labels = Y + ["mixed", "mixed"]  # a class smaller than the folds
