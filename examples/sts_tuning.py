@@ -1,10 +1,14 @@
-"""Tune BERT feature extraction for semantic textual similarity with GridSearchCV.
+"""Tune feature extraction for semantic similarity (STS-B)
+========================================================
 
 STS-B with the offline all-MiniLM-L6-v2: ``PairSimilarity`` scores a setting
 by the Spearman correlation between cosine similarities and the gold scores,
 so ``GridSearchCV`` can pick pooling, layer and whitening (``PCA(whiten=True)``
 fitted on the texts, Su et al. 2021) on STS-B dev; the choice is then scored on
 STS-B test. Every sentence goes through the encoder once for the whole grid.
+
+Uses the STS-B data bundled with skbert: nothing to download. Runs in about
+2.5 minutes on a 2-core CPU (measured: 161 s).
 
 Run: ``python examples/sts_tuning.py``
 """
