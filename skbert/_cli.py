@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -447,7 +448,13 @@ def run():
     other programs may call, leaves process-wide settings alone.
     """
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")  # read when torch loads
+    warnings.showwarning = _show_warning
     return main()
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings of the command as one line each, without the source line that raised them."""
+    print(f"skbert: warning: {message}", file=sys.stderr if file is None else file)
 
 
 if __name__ == "__main__":

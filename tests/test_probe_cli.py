@@ -315,6 +315,17 @@ def test_probe_is_quiet_and_its_table_rounded(tiny_model_dir, tmp_path, capsys):
     assert cells and all(len(cell.partition(".")[2]) <= 4 for cell in cells), cells
 
 
+def test_the_command_prints_a_warning_as_one_line(tiny_model_dir, tmp_path):
+    pd.DataFrame({"text": X + ["good great film"], "label": Y + ["mixed"]}).to_csv(
+        tmp_path / "data.csv", index=False)
+    result = run_cli("probe", tmp_path / "data.csv", "--text-column", "text", "--label-column",
+                     "label", "--model", tiny_model_dir, "--cv", "2", "--layers", "0",
+                     "--out", tmp_path / "report.png")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if "warning" in line.lower()]
+    assert len(lines) == 1 and lines[0].startswith("skbert: warning: 1 class(es) of y"), lines
+
+
 def test_device_and_model_directory_errors_say_what_is_wrong(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="device='gpu' is not a device: use 'auto', 'cpu'"):
         BertVectorizer(tiny_model_dir, device="gpu").fit()
