@@ -33,7 +33,7 @@ class FloatIndex:
         return self.vectors[start:stop]
 
 
-class Int8Index(FloatIndex):
+class Int8Index:
     """One byte per value: each dimension's corpus range [min, max] cut into 256 steps.
 
     A value decodes to ``offset + code * scale``, so a query scores
