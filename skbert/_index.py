@@ -141,14 +141,14 @@ def _memory_mapped(vectors):
 INDEXES = {"float32": FloatIndex, "int8": Int8Index, "binary": BinaryIndex}
 
 
-def top_k_blocked(queries, corpus, k, block_size, similarity=None):
+def top_k_blocked(queries, corpus, k, block_size):
     """Top-``k`` similarities of each query row over ``corpus``, descending.
 
-    ``corpus`` is an index (or a 2-D array of rows, scored by inner product);
-    ``similarity(queries, start, stop)`` defaults to its own. Works through
-    blocks of ``block_size`` queries x ``block_size`` corpus rows, keeping a
-    running top-k, so memory is O(block_size * (block_size + k)) however large
-    the corpus. Ties are broken by the lower corpus index.
+    ``corpus`` is an index, scored by its ``similarity``, or a 2-D array of
+    rows, scored by inner product. Works through blocks of ``block_size``
+    queries x ``block_size`` corpus rows, keeping a running top-k, so memory
+    is O(block_size * (block_size + k)) however large the corpus. Ties are
+    broken by the lower corpus index.
 
     Returns
     -------
@@ -157,7 +157,6 @@ def top_k_blocked(queries, corpus, k, block_size, similarity=None):
     """
     if isinstance(corpus, np.ndarray):
         corpus = FloatIndex(corpus)
-    similarity = similarity or corpus.similarity
     n_queries = len(queries)
     scores = np.empty((n_queries, k), dtype=np.float32)
     indices = np.empty((n_queries, k), dtype=np.int64)
@@ -166,7 +165,7 @@ def top_k_blocked(queries, corpus, k, block_size, similarity=None):
         best_scores = np.full((len(block), 0), -np.inf, dtype=np.float32)
         best_indices = np.empty((len(block), 0), dtype=np.int64)
         for c_start in range(0, len(corpus), block_size):
-            sims = similarity(block, c_start, min(c_start + block_size, len(corpus)))
+            sims = corpus.similarity(block, c_start, min(c_start + block_size, len(corpus)))
             ids = np.broadcast_to(np.arange(c_start, c_start + sims.shape[1]), sims.shape)
             best_scores = np.concatenate([best_scores, sims.astype(np.float32)], axis=1)
             best_indices = np.concatenate([best_indices, ids], axis=1)
