@@ -24,40 +24,94 @@ the output. A call keeps no records of its own beyond one chunk, so the store's
 byte budget bounds what the cache holds, however many texts one call has.
 
 In memory, entries live in one process-wide store with a byte budget and
-least-recently-used eviction (:func:`set_cache_limit`, default 2 GiB, or the
-``SKBERT_CACHE_BYTES`` environment variable). A call never evicts entries that
-it used itself: when its distinct windows outgrow the budget, the store keeps
-those that fit, admits no more, and warns once, so that repeating the call
-still hits for the part that fits instead of thrashing. On disk, each entry is
-one file ``<key>.f32`` of raw float32 values, written atomically (temporary
-file + rename) so that concurrent writers are safe; each file starts with a
-CRC-32 of the rest, and a file that fails to read or verify is recomputed and
-rewritten, never served. An entry served from memory that is
-missing on disk is written there too.
+least-recently-used eviction (:func:`set_cache_limit`, or the
+``SKBERT_CACHE_BYTES`` environment variable: bytes, or a number and a unit,
+``512MB``, ``1.5GB``, ``2GiB``; default 2 GiB; read when the cache is first
+used, so that a bad value is an error there and not at import). A call never
+evicts entries that it used itself: when its distinct windows outgrow the
+budget, the store keeps those that fit, admits no more, and warns once, so
+that repeating the call still hits for the part that fits instead of
+thrashing. A budget of 0 turns the store off, silently.
+
+On disk, each entry is one file ``<key[:2]>/<key>.f32``: a CRC-32 of the key
+and the values, then the raw float32 values. It is written atomically
+(temporary file + rename), so concurrent writers are safe, with the mode that
+the process's umask leaves of 0o666 (folders: of 0o777), so that a team or a
+cluster's workers can share the directory. A file that cannot be read
+(missing, a directory in its place, no permission), has the wrong length or
+fails its checksum (damaged, or another key's) is recomputed and rewritten,
+never served. A write that fails (a full disk, a read-only mount,
+any ``OSError``) leaves no temporary file; the call still returns its
+features, and warns (once per process, directory and error), naming the
+directory and the error. Temporary files of killed writers, over an hour old,
+are removed when a process first opens the directory. An entry served from
+memory that is missing on disk is written there too.
 """
 
 import collections
+import contextlib
 import hashlib
+import numbers
 import os
-import tempfile
+import re
+import secrets
 import threading
+import time
 import warnings
 import zlib
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from skbert._features import EXCLUDED
 
-FORMAT = b"skbert-cache-v2"
-# Each file starts with a CRC-32 of its values: it catches torn and damaged files (what a
-# cache must survive) at a fifth of the cost of a cryptographic hash on 90 KB entries.
+# The format joins every key, so entries of another format are misses, never misread.
+FORMAT = b"skbert-cache-v3"
+# Each file starts with a CRC-32 of its key and values: it catches torn, damaged and misplaced
+# files (what a cache must survive) at a fifth of the cost of a cryptographic hash on 90 KB.
 _CHECKSUM = np.dtype("<u4")
 # Bookkeeping of one in-memory entry beyond its values: array object, key, links.
 _ENTRY_OVERHEAD = 400
 # Records held at once by one call, beyond the store: one chunk of distinct windows. Small,
 # since fresh memory costs page faults (up to 2 ms per MB on a virtual machine).
 CHUNK_BYTES = 8 * 1024**2
+DEFAULT_BYTES = 2 * 1024**3
+_TEMPORARY = ".tmp-"
+# A temporary file this old belongs to a killed writer: a write takes milliseconds.
+STALE_SECONDS = 3600
+_UNITS = {"": 1, "b": 1, **{f"{prefix}b": 1000**power for power, prefix in enumerate("kmgt", 1)},
+          **{f"{prefix}ib": 1024**power for power, prefix in enumerate("kmgt", 1)}}
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?) *([a-z]*)", re.IGNORECASE)
+
+
+def parse_bytes(text, name="SKBERT_CACHE_BYTES"):
+    """The byte count that ``text`` says: ``"2147483648"``, ``"512MB"``, ``"1.5 GB"``, ``"2GiB"``.
+
+    KB, MB, GB and TB are powers of 1000, KiB, MiB, GiB and TiB powers of
+    1024 (case-insensitive, a space allowed before the unit); a number without
+    a unit is whole bytes. ``name`` is the setting named by the ValueError.
+
+    Examples
+    --------
+    >>> from skbert._cache import parse_bytes
+    >>> parse_bytes("512MB"), parse_bytes("2GiB"), parse_bytes("1.5 gb")
+    (512000000, 2147483648, 1500000000)
+    """
+    match = _SIZE.fullmatch(text.strip())
+    unit = match and _UNITS.get(match[2].lower())
+    if not unit or (unit == 1 and "." in match[1]):
+        raise ValueError(
+            f"{name}={text!r} is not a byte count: give whole bytes (2147483648) or a number "
+            "and a unit (512MB, 1.5GB, 2GiB; KB, MB, GB, TB are powers of 1000, KiB, MiB, GiB, "
+            "TiB powers of 1024)."
+        )
+    return int(Fraction(match[1]) * unit)
+
+
+def _budget_from_environment():
+    text = os.environ.get("SKBERT_CACHE_BYTES", "")
+    return parse_bytes(text) if text.strip() else DEFAULT_BYTES
 
 
 def window_keys(windows, model_fingerprint, dtype):
@@ -90,18 +144,28 @@ class MemoryStore:
     Every use advances a clock (``tick``). :meth:`put` evicts the least
     recently used entries to make room, but only those last used at or before
     ``since``: a call passes the tick at its start, so it never evicts what it
-    used itself.
+    used itself. ``max_bytes=None`` is ``SKBERT_CACHE_BYTES`` (default 2 GiB),
+    read on first use.
     """
 
-    def __init__(self, max_bytes):
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes=None):
+        self._max_bytes = max_bytes
         self.n_bytes = 0
         self.tick = 0
         self._entries = collections.OrderedDict()  # key -> (record, tick of last use)
         self._lock = threading.Lock()
 
-    def get(self, key, since=None):
-        """The record of ``key`` or None (``since`` is for the stores' common signature)."""
+    @property
+    def max_bytes(self):
+        # Read late: a bad SKBERT_CACHE_BYTES must not make ``import skbert`` fail.
+        if self._max_bytes is None:
+            self._max_bytes = _budget_from_environment()
+        return self._max_bytes
+
+    def get(self, key, width=None, since=None):
+        """The record of ``key`` or None (``width`` and ``since``: the stores' common signature)."""
+        if not self.max_bytes:
+            return None
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -135,7 +199,7 @@ class MemoryStore:
 
     def resize(self, max_bytes):
         with self._lock:
-            self.max_bytes = max_bytes
+            self._max_bytes = max_bytes
             self._evict(max_bytes)
 
     def clear(self):
@@ -147,14 +211,29 @@ class MemoryStore:
         return len(self._entries)
 
 
-MEMORY = MemoryStore(int(os.environ.get("SKBERT_CACHE_BYTES", 2 * 1024**3)))
+MEMORY = MemoryStore()
 
 
 def set_cache_limit(max_bytes):
     """Set the in-memory forward-pass cache's byte budget; return the previous one.
 
-    Least recently used entries are evicted to fit. ``0`` disables in-memory
-    caching (a directory cache still works).
+    Least recently used entries are evicted to fit. ``0`` turns in-memory
+    caching off, without warnings (features are computed as usual, and a
+    directory cache still works). The budget starts at the
+    ``SKBERT_CACHE_BYTES`` environment variable, bytes or a number and a unit
+    (``512MB``, ``1.5GB``, ``2GiB``: KB to TB are powers of 1000, KiB to TiB
+    of 1024), or 2 GiB; a value that is neither is a ValueError here or at the
+    first cached transform.
+
+    Parameters
+    ----------
+    max_bytes : int
+        The new budget in bytes, 0 or more.
+
+    Returns
+    -------
+    previous : int
+        The budget before the call.
 
     Examples
     --------
@@ -162,6 +241,12 @@ def set_cache_limit(max_bytes):
     >>> previous = skbert.set_cache_limit(512 * 1024**2)
     >>> _ = skbert.set_cache_limit(previous)
     """
+    if (isinstance(max_bytes, bool) or not isinstance(max_bytes, numbers.Real)
+            or not max_bytes >= 0 or int(max_bytes) != max_bytes):
+        raise ValueError(
+            f"max_bytes must be a whole number of bytes, 0 or more (0 turns the in-memory cache "
+            f"off). Got {max_bytes!r} instead."
+        )
     previous = MEMORY.max_bytes
     MEMORY.resize(int(max_bytes))
     return previous
@@ -172,17 +257,95 @@ def clear_cache():
     MEMORY.clear()
 
 
+def _directory(cache):
+    """``cache`` as a Path with ``~`` expanded; ValueError for a value that is no directory path."""
+    if not isinstance(cache, (str, os.PathLike)) or not os.fspath(cache):
+        raise ValueError(
+            "The 'cache' parameter must be True, False or the path of a directory. "
+            f"Got {cache!r} instead."
+        )
+    return Path(os.path.expanduser(os.fsdecode(cache)))
+
+
+def check_cache(cache):
+    """Check the ``cache`` parameter at fit; create a cache directory where none is yet.
+
+    A value that is not True, False or a non-empty path, or a path that is an
+    existing file, is a ValueError. A directory that cannot be created is an
+    OSError naming it: asked for at fit, a disk cache that could never hold
+    an entry is a setting to fix, whereas at transform a directory that went
+    missing or read-only only costs its entries (see :class:`DiskStore`).
+    """
+    if cache is True or cache is False:
+        return
+    directory = _directory(cache)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(
+            "The 'cache' parameter must be True, False or the path of a directory. "
+            f"Got {cache!r} instead, which exists and is not a directory."
+        )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OSError(
+            f"The cache directory {os.fspath(directory)!r} cannot be created ({error}). Give "
+            "a directory that this process can write, or cache=True for the in-memory cache."
+        ) from error
+
+
+_SWEPT = set()  # directories whose stale temporary files this process has removed
+_LOCK = threading.Lock()
+
+
+def _remove_stale_temporaries(directory):
+    """Remove temporary files of writers killed over an hour ago, once per process and folder."""
+    if directory in _SWEPT:
+        return
+    _SWEPT.add(directory)
+    cutoff = time.time() - STALE_SECONDS
+    # Another process may remove or write the same files: every failure is simply skipped.
+    with contextlib.suppress(OSError), os.scandir(directory) as folders:
+        for folder in folders:
+            if not folder.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError), os.scandir(folder.path) as files:
+                for file in files:
+                    with contextlib.suppress(OSError):
+                        if (file.name.startswith(_TEMPORARY)
+                                and file.stat(follow_symlinks=False).st_mtime < cutoff):
+                            os.unlink(file.path)
+
+
+def _checksum(key, payload):
+    """The CRC-32 of ``key`` then ``payload``: a file copied onto another key's name fails it."""
+    return zlib.crc32(payload, zlib.crc32(key.encode())).to_bytes(_CHECKSUM.itemsize, "little")
+
+
+def _write_all(handle, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(handle, view):]
+
+
 class DiskStore:
     """Records as checksummed files in ``directory``, with the memory store in front.
 
     Every record it serves is on disk afterwards: one found in memory but
-    missing on disk is written then.
+    missing on disk is written then. A store serves one call: writes that fail
+    are counted (``n_failed``, the first error in ``write_error``) for the one
+    warning of :func:`window_features`, and never raise.
     """
 
     def __init__(self, directory):
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = _directory(directory)
+        self.n_failed, self.write_error = 0, None
         self._made = set()  # subfolders known to exist
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            self.write_error = error
+            return
+        _remove_stale_temporaries(os.path.abspath(self.directory))
 
     @property
     def tick(self):
@@ -191,44 +354,77 @@ class DiskStore:
     def _path(self, key):
         return self.directory / key[:2] / f"{key}.f32"
 
-    def get(self, key, since=None):
+    def get(self, key, width, since=None):
+        """The record of ``key``, ``width`` values long, or None: to recompute and put."""
         path = self._path(key)
         record = MEMORY.get(key)
         if record is not None:
-            if not path.exists():
-                self._write(path, record)
+            if not os.path.exists(path):
+                self._write(path, key, record)
             return record
         try:
             data = path.read_bytes()
-            checksum = np.frombuffer(data, dtype=_CHECKSUM, count=1)[0]
-            if zlib.crc32(memoryview(data)[_CHECKSUM.itemsize:]) != checksum:
-                return None
-            record = np.frombuffer(data, dtype=np.float32, offset=_CHECKSUM.itemsize)
-        except (OSError, ValueError):
-            return None  # missing or unreadable: the caller recomputes and rewrites it
+        except OSError:  # missing, a directory in its place, no permission
+            return None
+        header = _CHECKSUM.itemsize
+        if (len(data) != header + width * 4
+                or _checksum(key, memoryview(data)[header:]) != data[:header]):
+            return None
+        record = np.frombuffer(data, dtype=np.float32, offset=header)
         MEMORY.put(key, record, since)
         return record
 
     def put(self, key, record, since=None):
-        """Store ``record`` on disk and, where it fits, in memory; it is always kept."""
+        """Store ``record`` in memory where it fits, and on disk where it can be written."""
         MEMORY.put(key, record, since)
-        self._write(self._path(key), record)
+        self._write(self._path(key), key, record)
         return True
 
-    def _write(self, path, record):
+    def _write(self, path, key, record):
         payload = memoryview(np.ascontiguousarray(record, dtype=np.float32)).cast("B")
-        if path.parent not in self._made:
-            path.parent.mkdir(exist_ok=True)
-            self._made.add(path.parent)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        temporary = path.parent / f"{_TEMPORARY}{secrets.token_hex(8)}"
         try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(np.array(zlib.crc32(payload), dtype=_CHECKSUM).tobytes())
-                file.write(payload)
+            if path.parent not in self._made:
+                path.parent.mkdir(exist_ok=True)
+                self._made.add(path.parent)
+            # Not tempfile.mkstemp: its files are 0600, which the other users of a shared
+            # directory cannot read. 0o666 leaves the mode to the umask.
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                             | getattr(os, "O_BINARY", 0), 0o666)
+        except OSError as error:
+            self._failed(error)
+            return
+        try:
+            try:
+                _write_all(handle, _checksum(key, payload))
+                _write_all(handle, payload)
+            finally:
+                os.close(handle)
             os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        except BaseException as error:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            if not isinstance(error, OSError):
+                raise
+            self._failed(error)
+
+    def _failed(self, error):
+        self.n_failed += 1
+        if self.write_error is None:
+            self.write_error = error
+
+
+_WARNED = set()  # (directory, errno) pairs this process has warned about
+
+
+def _first_time(store):
+    """Whether this kind of write failure in this directory is new to the process: a grid
+    search over a read-only directory warns once, not once per fit."""
+    fault = (os.path.abspath(store.directory), store.write_error.errno)
+    with _LOCK:
+        new = fault not in _WARNED
+        _WARNED.add(fault)
+    return new
 
 
 def window_features(store, keys, lengths, layouts, compute, assemble, batch_size=1,
@@ -238,7 +434,8 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
     Parameters
     ----------
     store : MemoryStore, DiskStore or None
-        None computes every distinct window and stores nothing.
+        None computes every distinct window and stores nothing. A DiskStore's
+        failed writes make one warning at the end of the call.
     keys : list of str
         One cache key per window (duplicates are computed once).
     lengths : ndarray of shape (n_windows,)
@@ -279,8 +476,8 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
     for start in range(0, len(order), chunk):
         rows, hits = [], []
         for row in order[start:start + chunk]:
-            found = [None] if store is None else [store.get(entry(row, layout), since)
-                                                  for layout in layouts]
+            found = [None] if store is None else [store.get(entry(row, layout), layout.width,
+                                                            since) for layout in layouts]
             if any(record is None for record in found):
                 rows.append(row)
             else:
@@ -303,10 +500,17 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
         if features is None:
             features = np.empty((len(distinct), values.shape[1]), dtype=np.float32)
         features[rows] = values
-    if not all_kept:
+    if not all_kept and MEMORY.max_bytes:  # a budget of 0 is the store turned off
         warnings.warn(
             f"skbert's in-memory forward-pass cache is full ({MEMORY.max_bytes / 2**20:,.1f} MiB):"
             " it keeps the texts that fit and encodes the others again on the next call. "
             "Raise its budget with skbert.set_cache_limit(n_bytes), or keep every entry on disk "
             "with cache='some/directory'.", RuntimeWarning, stacklevel=4)
+    if isinstance(store, DiskStore) and store.write_error is not None and _first_time(store):
+        warnings.warn(
+            f"skbert's cache directory {os.fspath(store.directory)!r} cannot be written "
+            f"({store.write_error}); entries this call could not write: {store.n_failed:,}. "
+            "They are encoded again where the in-memory cache does not hold them; the features "
+            "are computed all the same. This process says it once per directory and error.",
+            RuntimeWarning, stacklevel=4)
     return features if len(distinct) == len(keys) else features[inverse]

@@ -21,13 +21,16 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 @dataclass(eq=False)
 class LoadedModel:
-    """A model in eval mode on its device, its tokenizer, a fingerprint of its weights, and
-    what its sentence-transformers files say (:class:`SentenceConfig`)."""
+    """A model in eval mode on its device, its tokenizer, fingerprints of both, what its
+    sentence-transformers files say (:class:`SentenceConfig`), and the :func:`folder_stamp`
+    of the directory it came from (None for a hub id)."""
 
     model: object
     tokenizer: object
     fingerprint: str
+    tokenizer_fingerprint: str
     sentence: "SentenceConfig"
+    stamp: tuple | None = None
 
 
 # Alive models by (model, revision, dtype, device); the deque keeps the most recent
@@ -103,6 +106,46 @@ def weights_fingerprint(model):
     return digest.hexdigest()
 
 
+def tokenizer_fingerprint(tokenizer):
+    """A hash of what decides the token ids: vocabulary, rules, special tokens and limits.
+
+    A fast tokenizer serializes its whole pipeline (normalizer, pre-tokenizer,
+    vocabulary, post-processor); a slow one is described by its vocabulary.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    rules = backend.to_str() if backend is not None else sorted(tokenizer.get_vocab().items())
+    settings = {"class": type(tokenizer).__name__, "rules": rules,
+                "model_max_length": tokenizer.model_max_length,
+                "padding_side": tokenizer.padding_side,
+                "truncation_side": tokenizer.truncation_side,
+                "special_tokens": tokenizer.special_tokens_map}
+    data = json.dumps(settings, sort_keys=True, default=str).encode()
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def folder_stamp(source):
+    """(path, size, mtime) of the files of the directory ``source`` and of its subfolders
+    (sentence-transformers modules); None for a hub id.
+
+    Cheap (no file is read), and it changes when a model is saved into the
+    folder again, so that the shared store loads it anew. Deeper files (a
+    cache directory kept inside the folder) are not part of the model.
+    """
+    if not os.path.isdir(source):
+        return None
+    stamp, folders = [], [(source, "")]
+    for folder, prefix in folders:
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):  # removed meanwhile: not part of it
+                    if entry.is_dir() and not prefix:
+                        folders.append((entry.path, entry.name + "/"))
+                    elif entry.is_file():
+                        info = entry.stat()
+                        stamp.append((prefix + entry.name, info.st_size, info.st_mtime_ns))
+    return tuple(sorted(stamp))
+
+
 @contextlib.contextmanager
 def quiet_transformers():
     """Hide transformers' own progress bars (loading, saving) for the duration."""
@@ -118,7 +161,13 @@ def quiet_transformers():
 
 
 def from_pretrained(source, revision, dtype):
-    """Load a model (eval mode, on the CPU) and its tokenizer, with one clear error."""
+    """Load a model (eval mode, on the CPU) and its tokenizer, with one clear error.
+
+    Code that a model folder or hub repository ships never runs
+    (``trust_remote_code=False``): an architecture that transformers does not
+    implement is refused, without the question transformers would otherwise
+    ask on standard input.
+    """
     from transformers import AutoModel, AutoTokenizer
 
     is_dir = os.path.isdir(source)
@@ -130,12 +179,16 @@ def from_pretrained(source, revision, dtype):
         raise OSError(f"{source!r} is not a model directory: it has no config.json (a "
                       "Hugging Face model directory holds config.json, the weights and the "
                       "tokenizer files, as save_pretrained writes them).")
+    if is_dir:
+        _refuse_remote_code(source)
     from safetensors import SafetensorError
 
     try:
         with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
-            model = AutoModel.from_pretrained(source, revision=revision, dtype=torch_dtype(dtype))
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision,
+                                                      trust_remote_code=False)
+            model = AutoModel.from_pretrained(source, revision=revision, dtype=torch_dtype(dtype),
+                                              trust_remote_code=False)
     except (OSError, ValueError, SafetensorError) as exc:  # missing, offline, corrupt
         where = (f"model directory {source!r}" if is_dir
                  else f"model {source!r} (revision={revision!r})")
@@ -143,18 +196,42 @@ def from_pretrained(source, revision, dtype):
     return model.eval(), tokenizer
 
 
+def _refuse_remote_code(source):
+    """Refuse a model folder whose architecture exists only as code inside it."""
+    from transformers import CONFIG_MAPPING
+
+    try:
+        config = _read_json(source, None, "config.json")
+    except (OSError, ValueError) as exc:
+        raise OSError(f"Could not read {os.path.join(source, 'config.json')!r}: {exc}") from exc
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if isinstance(config, dict) and config.get("auto_map") and model_type not in CONFIG_MAPPING:
+        raise ValueError(
+            f"{source!r} needs its own Python code to load: its config.json maps "
+            f"{sorted(config['auto_map'])} to code in the folder for model_type "
+            f"{model_type!r}, which transformers does not implement. skbert never runs code "
+            "from a model folder (trust_remote_code=False); use a model whose architecture "
+            "transformers implements."
+        )
+
+
 def load(source, revision, dtype, device):
-    """The shared :class:`LoadedModel` for ``source`` on ``device``, loaded on first use."""
+    """The shared :class:`LoadedModel` for ``source`` on ``device``, loaded on first use.
+
+    A directory whose files changed since it was loaded (a model saved into it
+    again) is loaded anew.
+    """
     where = os.path.abspath(source) if os.path.isdir(source) else source
     key = (where, revision, dtype, str(device))
     with _lock:
         loaded = _shared.get(key)
-        if loaded is None:
+        stamp = folder_stamp(source)
+        if loaded is None or loaded.stamp != stamp:
             check_dtype(dtype, device)
             model, tokenizer = from_pretrained(source, revision, dtype)
-            fingerprint = weights_fingerprint(model)
-            loaded = LoadedModel(model.to(device), tokenizer, fingerprint,
-                                 sentence_config(source, revision))
+            loaded = LoadedModel(model.to(device), tokenizer, weights_fingerprint(model),
+                                 tokenizer_fingerprint(tokenizer),
+                                 sentence_config(source, revision), stamp)
             _shared[key] = loaded
         if loaded not in _recent:
             _recent.append(loaded)

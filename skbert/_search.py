@@ -131,6 +131,7 @@ class SimilaritySearch(BaseEstimator):
             self.vectorizer_ = self.query_vectorizer_ = None
             vectors = check_array(X, dtype=np.float32)
         else:
+            X = check_texts(X)  # read once: the query vectorizer fits on it too
             self.vectorizer_ = clone(self.vectorizer)
             vectors = self.vectorizer_.fit_transform(X)
             self.query_vectorizer_ = (None if self.query_vectorizer is None

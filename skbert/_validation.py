@@ -1,12 +1,15 @@
 """Input validation shared by every skbert estimator."""
 
+import collections.abc
 import numbers
 
 import numpy as np
 
 
 def _items(X):
-    """``X`` as a list, with pandas objects and arrays taken apart row by row."""
+    """``X`` as a list, with pandas objects and arrays taken apart row by row; and the pandas
+    index (None for other input), for error messages."""
+    labels = X.index if hasattr(X, "iloc") else None
     if hasattr(X, "iloc") and getattr(X, "ndim", 1) == 2:  # DataFrame
         X = X.to_numpy(dtype=object)
     elif hasattr(X, "to_numpy"):  # Series
@@ -15,13 +18,21 @@ def _items(X):
         if X.ndim == 2 and X.shape[1] == 1:
             X = X[:, 0]
         elif X.ndim == 2 and X.shape[1] == 2:
-            return [tuple(row) for row in X]
+            return [tuple(row) for row in X], labels
         elif X.ndim != 1:
             raise ValueError(
                 "Expected texts as a 1-D array or text pairs as an (n, 2) array, "
                 f"got an array of shape {X.shape}."
             )
-    return list(X)
+    return list(X), labels
+
+
+def _where(what, position, labels):
+    """``"<what> at index 3"``, with the pandas index label where it is not the position."""
+    label = None if labels is None else labels[position:position + 1].tolist()[0]  # builtin
+    if label is None or label == position:
+        return f"{what} at index {position}"
+    return f"{what} at position {position} (index label {label!r})"
 
 
 def _check_text(value, where):
@@ -31,13 +42,15 @@ def _check_text(value, where):
 
 
 def check_texts(X):
-    """Validate raw text input.
+    """Validate raw text input, reading it once.
 
     Parameters
     ----------
     X : iterable of str, or of (str, str) pairs
-        A list, tuple, 1-D array or pandas Series of str; or text pairs as a
-        sequence of 2-tuples, an (n, 2) array or a two-column DataFrame.
+        A list, tuple, 1-D array, pandas Series or any other iterable of str
+        (a generator, a file's lines: read once); or text pairs as a sequence
+        of 2-tuples, an (n, 2) array or a two-column DataFrame. Sets (no
+        order) and mappings (their keys are not texts) are refused.
 
     Returns
     -------
@@ -45,25 +58,38 @@ def check_texts(X):
     """
     if isinstance(X, (str, bytes)):
         raise ValueError("Iterable over raw text documents expected, string object received.")
+    unordered = (isinstance(X, collections.abc.Set)
+                 and not isinstance(X, collections.abc.MappingView))  # a dict's views keep order
+    if unordered or isinstance(X, collections.abc.Mapping):
+        why = ("it has no order, so rows would not follow it" if unordered
+               else "iterating over it gives its keys")
+        raise ValueError(f"Iterable over raw text documents expected, {type(X).__name__} object "
+                         f"received: {why}. Pass a list.")
     try:
-        items = _items(X)
+        items, labels = _items(X)
     except TypeError:
         raise ValueError(
             f"Iterable over raw text documents expected, {type(X).__name__} object received."
         ) from None
     if items and isinstance(items[0], (tuple, list)):
-        return [_check_pair(item, index) for index, item in enumerate(items)]
+        return [_check_pair(item, index, labels) for index, item in enumerate(items)]
     for index, item in enumerate(items):
-        _check_text(item, f"Text at index {index}")
+        if not isinstance(item, str):
+            _check_text(item, _where("Text", index, labels))
     return items
 
 
-def _check_pair(item, index):
+def is_one_pass(X):
+    """Whether iterating over ``X`` consumes it (a generator, a ``map``, a file object)."""
+    return isinstance(X, collections.abc.Iterator)
+
+
+def _check_pair(item, index, labels):
     if not isinstance(item, (tuple, list)) or len(item) != 2:
         raise ValueError(
-            f"Text pair at index {index} is {item!r}; every item must be a (text, text) pair "
-            "when the first one is."
+            f"{_where('Text pair', index, labels)} is {item!r}; every item must be a (text, text) "
+            "pair when the first one is."
         )
     for side, value in zip(("first", "second"), item):
-        _check_text(value, f"The {side} text of the pair at index {index}")
+        _check_text(value, f"The {side} text of the {_where('pair', index, labels)}")
     return tuple(item)

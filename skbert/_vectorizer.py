@@ -22,7 +22,7 @@ from skbert._features import (
     parts_for_cache,
     parts_needed,
 )
-from skbert._validation import check_texts
+from skbert._validation import check_texts, is_one_pass
 
 
 class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderMixin,
@@ -38,7 +38,11 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     ----------
     model : str or path-like, default="bert-base-uncased"
         Hugging Face hub id or local directory of a BERT-family encoder.
-        Loaded at ``fit``; clones in one process share one loaded model.
+        Loaded at ``fit``; clones in one process share one loaded model, and a
+        directory whose files changed since (a model saved into it again) is
+        loaded anew. Code that a model ships never runs
+        (``trust_remote_code=False``): an architecture that transformers does
+        not implement is refused.
     layer : int, list of int or "all", default=-1
         Index into the hidden states: 0 is the embedding output, -1 the last
         layer, negative indices count from the end. A list selects several
@@ -109,15 +113,22 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     cache : bool or path, default=True
         Reuse forward passes across settings, clones and calls. ``True`` keeps
         them in a process-wide in-memory store, bounded by a byte budget with
-        least-recently-used eviction (:func:`skbert.set_cache_limit`, default
-        2 GiB); a directory path stores them on disk as well, shared by
-        processes and later sessions; ``False`` stores nothing (duplicate texts
-        within one call are still encoded once). An entry holds pooled
+        least-recently-used eviction (:func:`skbert.set_cache_limit`, or the
+        ``SKBERT_CACHE_BYTES`` environment variable in bytes or units,
+        ``512MB``, ``2GiB``; default 2 GiB); a directory path (``~`` expanded;
+        created at ``fit``, where one that cannot be created is an OSError)
+        stores them on disk as well, shared by processes, users (files follow
+        the umask) and later sessions; ``False`` stores nothing (duplicate
+        texts within one call are still encoded once). A directory never fails
+        a call: an entry that cannot be written (a full disk, a read-only
+        mount) makes one warning (once per process, directory and error) that
+        names the directory and the error, and an unreadable, damaged or
+        misplaced file is recomputed and replaced. An entry holds pooled
         statistics of every layer rather than token states, so any ``layer``,
         ``layer_combine``, ``pooling``, ``include_special_tokens`` or ``norm``
         is served from it; it costs ``(6 * n_layers_ + 2 * (n_layers_ + 1) +
-        1) * hidden_size * 4`` bytes per text (91 KB for all-MiniLM-L6-v2,
-        329 KB for BERT-base). Max pooling over a mean or sum of several layers
+        1) * hidden_size * 4`` bytes per text (91 KB for all-MiniLM-L6-v2, 329
+        KB for BERT-base). Max pooling over a mean or sum of several layers
         is stored for the usual choices (the last k layers, first + last);
         another such combination costs one more forward pass on first use.
         A call never holds more than a few MB of entries besides the store;
@@ -129,10 +140,12 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     persist_weights : bool, default=True
         Whether pickles carry the weights and tokenizer (self-contained, loads
         anywhere offline). ``False`` pickles only a reference, well under 1 MB:
-        the model id or path, the resolved hub revision and a fingerprint of
-        the weights; unpickling loads the weights from there again (once per
-        process) and raises an error if they no longer match the fingerprint.
-        That is what to ship to cluster workers that have the model.
+        the model id or path, the resolved hub revision and fingerprints of
+        the weights and of the tokenizer (vocabulary, rules, special tokens,
+        length limit); unpickling loads the model from there again (once per
+        process, or anew if the folder's files changed) and raises an error if
+        either no longer matches its fingerprint. That is what to ship to
+        cluster workers that have the model.
     revision : str or None, default=None
         Hub revision (branch, tag or commit) to pin.
     verbose : bool or int, default=False
@@ -184,7 +197,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         "truncation": [StrOptions({"head", "tail", "head_tail", "chunks"})],
         "stride": [Interval(Integral, 0, None, closed="left")],
         "chunk_pooling": [StrOptions({"mean", "max", "weighted"})],
-        "cache": ["boolean", str, os.PathLike],
+        "cache": [bool, str, os.PathLike],  # not numpy bools: the code tests `is False`
         "persist_weights": ["boolean"],
     }
 
@@ -240,7 +253,9 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         Parameters
         ----------
         X : iterable of str, or None
-            Validated when given, otherwise unused.
+            Validated when given, unless it is a one-pass iterable (a
+            generator, a file's lines), which is left for ``transform`` to
+            read; otherwise unused.
         y : None
             Ignored.
 
@@ -249,12 +264,14 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         self : BertVectorizer
             The fitted vectorizer.
         """
-        if X is not None:
+        if X is not None and not is_one_pass(X):
             check_texts(X)
+        _cache.check_cache(self.cache)
         device = _loading.resolve_device(self.device)
         loaded = _loading.load(os.fspath(self.model), self.revision, self.dtype, device)
         self.model_, self.tokenizer_ = loaded.model, loaded.tokenizer
         self._fingerprint = loaded.fingerprint
+        self._tokenizer_fingerprint = loaded.tokenizer_fingerprint
         self.n_layers_ = self.model_.config.num_hidden_layers + 1
         self._sentence = loaded.sentence  # what the folder says: pooling_, norm_, prompt_
         self._folder_setting("norm")
@@ -300,9 +317,11 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         Parameters
         ----------
         X : iterable of str, or of (str, str) pairs
-            A list, tuple, 1-D array or pandas Series of str. Text pairs (a
-            sequence of 2-tuples, an (n, 2) array or a two-column DataFrame)
-            are encoded together as ``[CLS] a [SEP] b [SEP]``.
+            A list, tuple, 1-D array, pandas Series or any other iterable of
+            str (read once). Text pairs (a sequence of 2-tuples, an (n, 2)
+            array or a two-column DataFrame) are encoded together as
+            ``[CLS] a [SEP] b [SEP]``. Sets and dicts are refused: a set has
+            no order, a dict's items are its keys.
 
         Returns
         -------
@@ -310,7 +329,26 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
             One row per text, in input order.
         """
         check_is_fitted(self)
+        return self._transform(check_texts(X))
+
+    def fit_transform(self, X, y=None):
+        """Fit, then encode ``X``, reading it once (it may be a generator).
+
+        Parameters
+        ----------
+        X : iterable of str, or of (str, str) pairs
+            As for :meth:`transform`.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, n_features), float32
+        """
         texts = check_texts(X)
+        return self.fit(texts)._transform(texts)
+
+    def _transform(self, texts):
         extraction = self._extraction()
         width = self._width(extraction)
         if not texts:
@@ -430,18 +468,23 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
             self.model_, self.tokenizer_ = _persistence.load_model(files, self.dtype)
             # Recomputed rather than trusted: cache keys must describe the weights in hand.
             self._fingerprint = _loading.weights_fingerprint(self.model_)
+            self._tokenizer_fingerprint = _loading.tokenizer_fingerprint(self.tokenizer_)
         elif "_fingerprint" in state:
             self._load_reference(revision)
 
     def _load_reference(self, revision):
-        """Find the weights of a ``persist_weights=False`` pickle again, and check them."""
+        """Find the weights and tokenizer of a ``persist_weights=False`` pickle again, and
+        check both against their fingerprints."""
         device = _loading.resolve_device(self.device)
         loaded = _loading.load(os.fspath(self.model), revision, self.dtype, device)
-        if loaded.fingerprint != self._fingerprint:
-            raise ValueError(
-                f"The weights of {os.fspath(self.model)!r} (revision={revision!r}) changed since "
-                f"this BertVectorizer was pickled with persist_weights=False: expected weights "
-                f"fingerprint {self._fingerprint}, found {loaded.fingerprint}. Refit it on the "
-                "current weights, or pickle with persist_weights=True to carry the weights."
-            )
+        for what, expected, found in [
+                ("weights", self._fingerprint, loaded.fingerprint),
+                ("tokenizer", self._tokenizer_fingerprint, loaded.tokenizer_fingerprint)]:
+            if found != expected:
+                raise ValueError(
+                    f"The {what} of {os.fspath(self.model)!r} (revision={revision!r}) changed "
+                    f"since this BertVectorizer was pickled with persist_weights=False: expected "
+                    f"{what} fingerprint {expected}, found {found}. Refit it on the current "
+                    "model, or pickle with persist_weights=True to carry weights and tokenizer."
+                )
         self.model_, self.tokenizer_ = loaded.model, loaded.tokenizer

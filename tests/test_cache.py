@@ -1,9 +1,14 @@
 """The forward-pass cache: one encoder pass per distinct text, whatever the setting."""
 
 import itertools
+import os
+import re
+import stat
 import subprocess
 import sys
 import textwrap
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -257,3 +262,124 @@ def test_memory_store_evicts_least_recently_used_and_shrinks():
     assert len(store) == 5 and store.get("20") is not None and store.get("21") is None
     for index in range(26, 30):
         np.testing.assert_array_equal(store.get(str(index)), index)
+
+
+def test_cache_parameter_is_checked_at_fit(tiny_model_dir, tmp_path, texts):
+    accepted = r"The 'cache' parameter must be True, False or the path of a directory\. "
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    with pytest.raises(ValueError, match=accepted + "Got '' instead"):
+        BertVectorizer(tiny_model_dir, cache="").fit()
+    with pytest.raises(ValueError, match=accepted + r"Got '.*a-file' instead, which exists and "
+                                                    r"is not a directory"):
+        BertVectorizer(tiny_model_dir, cache=str(a_file)).fit()
+    for value in [np.False_, np.True_, 0, 1, None, 1.5]:
+        got = re.escape(repr(value))
+        with pytest.raises(ValueError, match=r"The 'cache' parameter of BertVectorizer must be an "
+                                             r"instance of 'bool', an instance of 'str' or an "
+                                             rf"instance of 'os.PathLike'\. Got {got} instead"):
+            BertVectorizer(tiny_model_dir, cache=value).fit()
+    with pytest.raises(OSError, match=r"The cache directory '.*a-file/cache' cannot be created "
+                                      r"\(.*Not a directory.*\)\. Give a directory"):
+        BertVectorizer(tiny_model_dir, cache=a_file / "cache").fit()
+    fitted = BertVectorizer(tiny_model_dir).fit().set_params(cache=np.False_)  # not refitted
+    with pytest.raises(ValueError, match=accepted + "Got np.False_ instead"):
+        fitted.transform(texts)
+
+
+def test_cache_directory_expands_the_home_directory(tiny_model_dir, tmp_path, monkeypatch,
+                                                    texts):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    vectorizer = BertVectorizer(tiny_model_dir, cache="~/bert-cache").fit()
+    assert (tmp_path / "home" / "bert-cache").is_dir()
+    vectorizer.transform(texts)
+    assert len(list((tmp_path / "home" / "bert-cache").rglob("*.f32"))) == len(texts)
+    assert not (tmp_path / "~").exists()
+
+
+def test_stale_temporary_files_go_when_the_directory_is_opened(tiny_model_dir, tmp_path, texts):
+    folder = tmp_path / "cache" / "ab"
+    folder.mkdir(parents=True)
+    stale, recent = folder / ".tmp-killed-writer", folder / ".tmp-live-writer"
+    for path in (stale, recent):
+        path.write_bytes(b"torn")
+    two_hours_ago = time.time() - 2 * 3600
+    os.utime(stale, (two_hours_ago, two_hours_ago))
+    BertVectorizer(tiny_model_dir, cache=str(tmp_path / "cache")).fit().transform(texts[:1])
+    assert not stale.exists() and recent.exists()
+
+
+def test_cache_files_follow_the_umask(tiny_model_dir, tmp_path, texts):
+    previous = os.umask(0o002)  # a team's group-writable directory
+    try:
+        BertVectorizer(tiny_model_dir, cache=str(tmp_path / "cache")).fit().transform(texts)
+    finally:
+        os.umask(previous)
+    files = list((tmp_path / "cache").rglob("*.f32"))
+    assert len(files) == len(texts)
+    assert {stat.S_IMODE(path.stat().st_mode) for path in files} == {0o664}
+    folders = [tmp_path / "cache", *(tmp_path / "cache").iterdir()]
+    assert {stat.S_IMODE(path.stat().st_mode) for path in folders} == {0o775}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0", 0), ("2147483648", 2**31), ("512MB", 512 * 10**6), ("512 mb", 512 * 10**6),
+    ("2GiB", 2 * 1024**3), ("1.5GB", 1_500_000_000), ("100KiB", 102_400), ("0.5kib", 512),
+    ("1TB", 10**12), ("3tib", 3 * 1024**4), (" 7 B ", 7),
+])
+def test_cache_bytes_take_plain_bytes_and_units(text, expected):
+    assert _cache.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["-5", "1.5", "1e9", "100k", "2G", "1GB!", "2 GiB GiB",
+                                  "lots", "1,000", "½GB", ""])
+def test_bad_cache_bytes_name_the_variable(text):
+    with pytest.raises(ValueError, match=rf"SKBERT_CACHE_BYTES={re.escape(repr(text))} is not a "
+                                         r"byte count: give whole bytes \(2147483648\) or a "
+                                         r"number and a unit \(512MB, 1\.5GB, 2GiB"):
+        _cache.parse_bytes(text)
+
+
+def test_bad_cache_bytes_fail_the_first_use_not_the_import(tiny_model_dir, texts, monkeypatch):
+    bad = "1 gigabyte"
+    run = subprocess.run([sys.executable, "-c", "import skbert"], capture_output=True, text=True,
+                         env={**os.environ, "SKBERT_CACHE_BYTES": bad})
+    assert run.returncode == 0, run.stderr[-2000:]
+    monkeypatch.setenv("SKBERT_CACHE_BYTES", bad)
+    monkeypatch.setattr(_cache, "MEMORY", _cache.MemoryStore())  # as a fresh process has it
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    named = r"SKBERT_CACHE_BYTES='1 gigabyte' is not a byte count"
+    with pytest.raises(ValueError, match=named):
+        vectorizer.transform(texts)
+    with pytest.raises(ValueError, match=named):
+        skbert.set_cache_limit(10**9)
+    monkeypatch.setenv("SKBERT_CACHE_BYTES", "1.5 GB")
+    assert _cache.MemoryStore().max_bytes == 1_500_000_000
+    monkeypatch.setenv("SKBERT_CACHE_BYTES", "")
+    assert _cache.MemoryStore().max_bytes == 2 * 1024**3
+
+
+def test_cache_limit_zero_turns_the_store_off_silently(tiny_model_dir, texts):
+    expected = BertVectorizer(tiny_model_dir, cache=False).fit().transform(texts)
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    previous = skbert.set_cache_limit(0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for _ in range(2):
+                np.testing.assert_allclose(vectorizer.transform(texts), expected, rtol=0,
+                                           atol=1e-6)
+        assert len(_cache.MEMORY) == 0
+    finally:
+        skbert.set_cache_limit(previous)
+
+
+def test_cache_limit_is_whole_bytes_zero_or_more():
+    for value in [-1, 1.5, "1GB", True, None, float("nan")]:
+        with pytest.raises(ValueError, match=r"max_bytes must be a whole number of bytes, 0 or "
+                                             r"more \(0 turns the in-memory cache off\)\. Got "
+                                             rf"{re.escape(repr(value))} instead"):
+            skbert.set_cache_limit(value)
+    previous = skbert.set_cache_limit(1e9)  # a float of whole bytes, as 1e9 is
+    assert skbert.set_cache_limit(previous) == 10**9

@@ -1,13 +1,20 @@
 """Hostile input, invariance, concurrency, faults and safe persistence."""
 
+import errno
+import os
+import re
+import shutil
 import threading
+import warnings
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sklearn import clone
 
-from skbert import BertVectorizer
+import skbert
+from skbert import BertVectorizer, _cache
 
 HOSTILE = [
     "", " ", "\t\n\r ", "\x00", "a\x00b", "\x07\x1b[31mred\x1b[0m", "\u202eevil\u202c",
@@ -155,3 +162,129 @@ def test_skops_round_trip_with_skbert_types_trusted(tiny_model_dir, texts):
         loaded = sio.loads(data, trusted=["skbert._vectorizer.BertVectorizer"])
         method = "transform" if obj is vectorizer else "predict_proba"
         np.testing.assert_array_equal(getattr(loaded, method)(texts), getattr(obj, method)(texts))
+
+
+
+FAULT_TEXTS = ["the cat sat on the mat", "a big red dog runs fast", "good", "",
+               "what is the long river in the country ?", "who ran ? where ! when ..."]
+
+
+def _open_inside(directory, patch, code=None):
+    """Patch os.open: in ``directory`` it raises ``code``, or with None records the fds."""
+    original, opened = os.open, set()
+
+    def guarded(path, *args, **kwargs):
+        inside = os.fspath(path).startswith(os.fspath(directory))
+        if inside and code is not None:
+            raise OSError(code, os.strerror(code), os.fspath(path))
+        handle = original(path, *args, **kwargs)
+        if inside:
+            opened.add(handle)
+        return handle
+
+    patch.setattr(os, "open", guarded)
+    return opened
+
+
+def _read_only(vectorizer, directory, patch):
+    _open_inside(directory, patch, errno.EROFS)  # chmod would not stop root
+    return errno.EROFS, None
+
+
+def _full_disk(vectorizer, directory, patch):
+    opened, original = _open_inside(directory, patch), os.write
+
+    def write(handle, data):
+        if handle not in opened:
+            return original(handle, data)
+        original(handle, bytes(data)[:10])  # a torn write, then no space
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    patch.setattr(os, "write", write)
+    return errno.ENOSPC, None
+
+
+def _filled(vectorizer, directory):
+    vectorizer.transform(FAULT_TEXTS)
+    skbert.clear_cache()
+    return sorted(directory.rglob("*.f32"))
+
+
+def _swapped(vectorizer, directory, patch):
+    files = _filled(vectorizer, directory)
+    contents = [path.read_bytes() for path in files]
+    for path, data in zip(files, contents[1:] + contents[:1]):
+        path.write_bytes(data)  # each a valid entry, of another key
+    return None, None
+
+
+def _wrong_length(vectorizer, directory, patch):
+    for path in _filled(vectorizer, directory):
+        values = path.read_bytes()[4:]
+        values = values[:len(values) // 8 * 4]
+        path.write_bytes(_cache._checksum(path.stem, values) + values)  # valid, half as long
+    return None, None
+
+
+def _directory_in_place(vectorizer, directory, patch):
+    target = _filled(vectorizer, directory)[0]
+    target.unlink()
+    (target / "in-the-way").mkdir(parents=True)
+    return errno.EISDIR, lambda: shutil.rmtree(target)
+
+
+def _file_in_place(vectorizer, directory, patch):
+    shutil.rmtree(directory)  # made by fit
+    directory.write_text("not a directory")
+    return errno.EEXIST, directory.unlink
+
+
+@pytest.mark.parametrize("fault", [_read_only, _full_disk, _swapped, _wrong_length,
+                                   _directory_in_place, _file_in_place],
+                         ids=lambda fault: fault.__name__.strip("_"))
+def test_disk_faults_cost_entries_never_the_call(counted, tmp_path, fault):
+    vectorizer, counter = counted
+    expected = BertVectorizer(vectorizer.model, cache=False).fit().transform(FAULT_TEXTS)
+    directory = tmp_path / "cache"
+    counted_model = vectorizer.model_
+    vectorizer.set_params(cache=str(directory)).fit().model_ = counted_model
+    skbert.clear_cache()
+    with pytest.MonkeyPatch.context() as patch:
+        code, undo = fault(vectorizer, directory, patch)
+        if code is None:  # every write succeeds: no warning
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got = vectorizer.transform(FAULT_TEXTS)
+        else:
+            message = (rf"skbert's cache directory '.*cache' cannot be written "
+                       rf"\(.*{re.escape(os.strerror(code))}.*\); entries this call could not "
+                       r"write: \d+\. .* the features are computed all the same")
+            with pytest.warns(RuntimeWarning, match=message) as caught:
+                got = vectorizer.transform(FAULT_TEXTS)
+            assert sum("cannot be written" in str(w.message) for w in caught) == 1
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert len(_cache.MEMORY) == len(FAULT_TEXTS)  # the memory store still works
+    assert not list(tmp_path.rglob(".tmp-*"))
+    if undo is not None:
+        undo()
+    for _ in range(2):  # the first call repairs, the second reads every entry from disk
+        skbert.clear_cache()
+        before = counter["rows"]
+        np.testing.assert_allclose(vectorizer.transform(FAULT_TEXTS), expected, rtol=0, atol=1e-6)
+    assert counter["rows"] == before
+    assert len(list(directory.rglob("*.f32"))) == len(FAULT_TEXTS)
+
+
+def test_a_write_fault_warns_once_per_process_and_directory(counted, tmp_path):
+    vectorizer, _ = counted
+    directory = tmp_path / "cache"
+    vectorizer.set_params(cache=str(directory)).fit()
+    with pytest.MonkeyPatch.context() as patch:
+        _read_only(vectorizer, directory, patch)
+        with pytest.warns(RuntimeWarning, match="cannot be written"):
+            vectorizer.transform(FAULT_TEXTS[:3])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a grid search's next fits stay quiet
+            skbert.clear_cache()
+            vectorizer.transform(FAULT_TEXTS[:3])
+            clone(vectorizer).fit().transform(FAULT_TEXTS[3:])
