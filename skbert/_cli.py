@@ -2,29 +2,35 @@
 
 import argparse
 import contextlib
-import csv
 import hashlib
 import itertools
 import json
 import os
-import shutil
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 
-import numpy as np
-from numpy.lib.format import open_memmap
 from tqdm.auto import tqdm
+
+from skbert._cli_files import (
+    CommandError,
+    NpyWriter,
+    ParquetWriter,
+    Progress,
+    all_records,
+    iter_texts,
+    read_examples,
+    stdin_lines,
+    verified_rows,
+    write_row_index,
+)
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
 # Texts per chunk of skbert embed: dozens of batches, so length sorting still pays, and a
 # working set that does not depend on the input's size.
 CHUNK_SIZE = 1024
-
-
-class CommandError(Exception):
-    """A problem with the command's input, reported as one line without a traceback."""
+MISSING = ("error", "empty", "skip")
 
 
 def parse_layer(value):
@@ -50,45 +56,6 @@ def positive_int(value):
     return number
 
 
-def read_texts(path, text_column=None, text_field=None):
-    """Texts of a .txt (one per line), .csv/.tsv (``text_column``) or .jsonl (``text_field``) file.
-
-    ``-`` reads lines from standard input.
-    """
-    if str(path) == "-":
-        return [line.rstrip("\r\n") for line in sys.stdin]
-    return list(iter_texts(path, text_column, text_field))
-
-
-def iter_texts(path, text_column=None, text_field=None):
-    """The texts of a file (as :func:`read_texts` reads them), one at a time."""
-    path = Path(path)
-    if not path.is_file():
-        raise CommandError(f"input file {str(path)!r} does not exist")
-    suffix = path.suffix.lower()
-    with open(path, encoding="utf-8", newline="") as file:
-        if suffix in (".csv", ".tsv"):
-            reader = csv.DictReader(file, delimiter="\t" if suffix == ".tsv" else ",")
-            yield from _column(reader, text_column, path, "--text-column",
-                               reader.fieldnames or [])
-        elif suffix == ".jsonl":
-            rows = (json.loads(line) for line in file if line.strip())
-            yield from _column(rows, text_field, path, "--text-field")
-        else:
-            yield from (line.rstrip("\r\n") for line in file)
-
-
-def _column(rows, name, path, option, fieldnames=None):
-    if name is None:
-        raise CommandError(f"{path} needs {option} to say which column holds the text")
-    if fieldnames is not None and name not in fieldnames:
-        raise CommandError(f"{path} has no column {name!r}; columns: {', '.join(fieldnames)}")
-    for number, row in enumerate(rows, start=1):
-        if name not in row:
-            raise CommandError(f"{path} record {number} has no field {name!r}")
-        yield row[name]
-
-
 def _vectorizer(args, **overrides):
     from skbert import BertVectorizer
 
@@ -105,8 +72,10 @@ def embed(args):
     every record) without keeping them; the second reads ``--chunk-size`` texts
     at a time, transforms them and writes their rows before reading more, so
     memory does not grow with the input. Rows go to a partial output next to
-    the final one, and a progress file records how many are written; ``--resume``
-    continues from there when the input and the options are the same.
+    the final one, and a progress file records each chunk written with a
+    checksum of its rows; ``--resume`` continues from there when the input and
+    the options are the same, after checking the rows it keeps. With
+    ``--missing skip`` a last pass writes the positions of the rows embedded.
     """
     output = Path(args.output)
     if output.suffix not in (".npy", ".parquet"):
@@ -117,40 +86,52 @@ def embed(args):
         except ImportError:
             raise CommandError("writing .parquet needs pyarrow: pip install pyarrow") from None
     with _input_file(args) as source:
-        n_texts, texts_digest = _scan(iter_texts(source, args.text_column, args.text_field))
+        reading = (source, args.text_column, args.text_field, args.missing)
+        n_records, n_texts, texts_digest = _scan(all_records(*reading))
         norm = None if args.norm == "none" else args.norm
         vectorizer = _vectorizer(args, layer=args.layer, pooling=args.pooling, norm=norm,
                                  prompt=args.prompt, truncate_dim=args.truncate_dim,
                                  cache=False, verbose=False).fit()
         names = vectorizer.get_feature_names_out()
-        progress = _Progress(output, {"input": str(source), "texts": n_texts,
-                                      "digest": texts_digest}, _settings(args, vectorizer))
-        if args.resume:
-            done = progress.resume()
+        progress = Progress(output, {"input": str(source), "texts": n_texts,
+                                     "digest": texts_digest}, _settings(args, vectorizer))
+        writer = (NpyWriter if output.suffix == ".npy" else ParquetWriter)(
+            output, n_texts, names)
+        if args.resume and (chunks := progress.resume()):
+            writer.reopen()
+            done = verified_rows(writer, chunks)
+            writer.discard_from(done)
+            progress.keep(done)
         else:  # a stale record must not describe the new partial output
             progress.remove()
+            writer.create()
             done = 0
-        writer = (_NpyWriter if output.suffix == ".npy" else _ParquetWriter)(
-            output, n_texts, names, done)
-        progress.save(done)
-        texts = itertools.islice(iter_texts(source, args.text_column, args.text_field), done,
-                                 None)
+        progress.save()
+        texts = (text for _, text in itertools.islice(iter_texts(*reading), done, None))
         with tqdm(total=n_texts, initial=done, desc="skbert embed", unit="text",
                   file=sys.stderr) as bar:
             try:
                 while chunk := list(itertools.islice(texts, args.chunk_size)):
-                    writer.write(done, vectorizer.transform(chunk))
+                    features = vectorizer.transform(chunk)
+                    writer.write(done, features)
+                    progress.add(done, features)
                     done += len(chunk)
-                    progress.save(done)
                     bar.update(len(chunk))
             except KeyboardInterrupt:
                 bar.close()
                 print(f"skbert embed: interrupted after {done} of {n_texts} texts; run the same "
                       "command with --resume to continue", file=sys.stderr)
                 raise
+        rows = output.with_name(output.name + ".rows.npy")
+        if args.missing == "skip":
+            write_row_index(rows, (index for index, _ in iter_texts(*reading)), n_texts)
+        else:  # one from an earlier run would not describe this output
+            rows.unlink(missing_ok=True)
         writer.finish()
         progress.remove()
-    print(f"wrote {n_texts} x {len(names)} features to {output}", file=sys.stderr)
+    rows_note = (f", and their rows in the input to {rows} ({n_records - n_texts} of "
+                 f"{n_records} left out by --missing skip)" if args.missing == "skip" else "")
+    print(f"wrote {n_texts} x {len(names)} features to {output}{rows_note}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -163,19 +144,22 @@ def _input_file(args):
         raise CommandError("--resume needs an input file: standard input cannot be read again")
     with tempfile.TemporaryDirectory(prefix="skbert-embed-") as directory:
         path = Path(directory) / "stdin.txt"
-        with open(path, "w", encoding="utf-8", newline="\n") as file:
-            file.writelines(line if line.endswith("\n") else line + "\n" for line in sys.stdin)
+        with open(path, "w", encoding="utf-8", newline="") as file:  # the lines as they came
+            file.writelines(stdin_lines())
         yield path
 
 
-def _scan(texts):
-    """Number of texts and a digest of them all, in order."""
-    digest, n_texts = hashlib.blake2b(digest_size=16), 0
-    for text in texts:
+def _scan(records):
+    """Numbers of records and of texts, and a digest of the texts and their positions, in order."""
+    digest, n_records, n_texts = hashlib.blake2b(digest_size=16), 0, 0
+    for index, text in records:
+        n_records += 1
+        if text is None:  # left out by --missing skip
+            continue
         data = text.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(8, "little") + data)
+        digest.update(index.to_bytes(8, "little") + len(data).to_bytes(8, "little") + data)
         n_texts += 1
-    return n_texts, digest.hexdigest()
+    return n_records, n_texts, digest.hexdigest()
 
 
 def _settings(args, vectorizer):
@@ -187,143 +171,10 @@ def _settings(args, vectorizer):
                 "--norm": args.norm, "--prompt": vectorizer.prompt_,
                 "--truncate-dim": args.truncate_dim, "--max-length": args.max_length,
                 "--truncation": args.truncation, "--dtype": args.dtype,
-                "the model's weights": _loading.weights_fingerprint(vectorizer.model_)}
+                "--missing": args.missing,
+                "the model's weights": _loading.weights_fingerprint(vectorizer.model_),
+                "the model's tokenizer": _loading.tokenizer_fingerprint(vectorizer.tokenizer_)}
     return json.loads(json.dumps(settings))  # as read back from the progress file
-
-
-class _Progress:
-    """``<output>.progress.json``: the texts written so far, for which input and options.
-
-    It is replaced atomically, and only after the rows it counts are on disk.
-    """
-
-    def __init__(self, output, source, settings):
-        self.output, self.path = output, output.with_name(output.name + ".progress.json")
-        self.record = {"input": source, "settings": settings, "done": 0}
-
-    def resume(self):
-        """Texts already written by the interrupted run (0 if there is none to resume)."""
-        if not self.path.is_file():
-            print(f"skbert embed: nothing to resume for {self.output}; starting from the "
-                  "first text", file=sys.stderr)
-            return 0
-        saved = json.loads(self.path.read_text(encoding="utf-8"))
-        where = f"cannot resume {str(self.output)!r}:"
-        if saved["input"]["texts"] != self.record["input"]["texts"] or \
-                saved["input"]["digest"] != self.record["input"]["digest"]:
-            raise CommandError(
-                f"{where} the input changed since the interrupted run of "
-                f"{saved['input']['input']!r} ({saved['input']['texts']} texts then, "
-                f"{self.record['input']['texts']} now, or other texts); run without --resume "
-                "to start again")
-        changed = [f"{name} {saved['settings'].get(name)!r} -> {value!r}"
-                   for name, value in self.record["settings"].items()
-                   if saved["settings"].get(name) != value]
-        if changed:
-            raise CommandError(f"{where} options changed since the interrupted run "
-                               f"({'; '.join(changed)}); rerun with the same options, or without "
-                               "--resume to start again")
-        return saved["done"]
-
-    def save(self, done):
-        self.record["done"] = done
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(self.record, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self.path)
-
-    def remove(self):
-        self.path.unlink(missing_ok=True)
-
-
-class _NpyWriter:
-    """Rows into ``<output>.partial``, a .npy file made with its final shape; renamed at the end.
-
-    Each chunk maps the file, writes its rows, flushes and unmaps, so written
-    pages do not stay in this process's memory.
-    """
-
-    def __init__(self, output, n_rows, names, done):
-        self.output, self.partial = output, output.with_name(output.name + ".partial")
-        shape = (n_rows, len(names))
-        if done:
-            if not self.partial.is_file():
-                raise CommandError(f"cannot resume {str(output)!r}: the partial output "
-                                   f"{str(self.partial)!r} is missing; run without --resume")
-            found = open_memmap(self.partial, mode="r").shape
-            if found != shape:
-                raise CommandError(f"cannot resume {str(output)!r}: {str(self.partial)!r} holds "
-                                   f"{found}, expected {shape}; run without --resume")
-        else:
-            open_memmap(self.partial, mode="w+", dtype=np.float32, shape=shape).flush()
-
-    def write(self, start, features):
-        rows = open_memmap(self.partial, mode="r+")
-        rows[start:start + len(features)] = features
-        rows.flush()  # unmapped on return
-
-    def finish(self):
-        os.replace(self.partial, self.output)
-
-
-class _ParquetWriter:
-    """Each chunk as a parquet file in ``<output>.parts/``, merged into one file at the end.
-
-    A parquet file cannot take more row groups once closed, and an unclosed one
-    is unreadable, so the chunks are separate files until the run completes;
-    the merge streams them, one row group each, into the output.
-    """
-
-    def __init__(self, output, n_rows, names, done):
-        self.output, self.n_rows, self.names = output, n_rows, list(names)
-        self.parts = output.with_name(output.name + ".parts")
-        if done and not self.parts.is_dir():
-            raise CommandError(f"cannot resume {str(output)!r}: the partial output "
-                               f"{str(self.parts)!r} is missing; run without --resume")
-        if not done:
-            shutil.rmtree(self.parts, ignore_errors=True)
-        self.parts.mkdir(exist_ok=True)
-        for start, path in self._part_files():
-            if start >= done:  # written after the last progress record: written again
-                path.unlink()
-
-    def _part_files(self):
-        return sorted((int(path.stem.split("-")[1]), path)
-                      for path in self.parts.glob("part-*.parquet"))
-
-    def write(self, start, features):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        table = pa.table(dict(zip(self.names, features.T)))
-        temporary = self.parts / f"part-{start:012d}.tmp"
-        with open(temporary, "wb") as file:
-            pq.write_table(table, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self.parts / f"part-{start:012d}.parquet")
-
-    def finish(self):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        schema = pa.schema([(name, pa.float32()) for name in self.names])
-        merged, expected = self.output.with_name(self.output.name + ".partial"), 0
-        with pq.ParquetWriter(merged, schema) as writer:
-            for start, path in self._part_files():
-                if start != expected:
-                    raise CommandError(f"{str(self.parts)!r} lacks the rows from {expected} to "
-                                       f"{start}; run without --resume to start again")
-                table = pq.read_table(path)
-                writer.write_table(table)
-                expected += table.num_rows
-        if expected != self.n_rows:
-            raise CommandError(f"{str(self.parts)!r} holds {expected} rows, expected "
-                               f"{self.n_rows}; run without --resume to start again")
-        os.replace(merged, self.output)
-        shutil.rmtree(self.parts)
 
 
 def probe(args):
@@ -337,8 +188,7 @@ def probe(args):
         raise CommandError("probe needs --text-column and --label-column")
     if Path(args.data).suffix.lower() not in (".csv", ".tsv", ".jsonl"):
         raise CommandError(f"probe reads labelled .csv, .tsv or .jsonl files, got {args.data!r}")
-    texts = read_texts(args.data, args.text_column, args.text_column)
-    labels = read_texts(args.data, args.label_column, args.label_column)
+    texts, labels = read_examples(args.data, args.text_column, args.label_column, args.missing)
     # One progress bar, over the report's cells: none for each cell's transform.
     report = layer_report(_vectorizer(args, verbose=False), texts, labels, layers=args.layers,
                           poolings=args.poolings, cv=args.cv, verbose=True)
@@ -375,8 +225,10 @@ def build_parser():
         "embed", help="embed texts into a .npy or .parquet file",
         description="Embed texts with BertVectorizer, --chunk-size texts at a time; the output "
                     "equals its transform of each chunk.")
-    embed_parser.add_argument("input", help=".txt (one text per line), .csv/.tsv, .jsonl, or - "
-                                            "for standard input")
+    embed_parser.add_argument("input", help=".txt (one text per line: lines end at \\n or "
+                                            "\\r\\n, an empty line is the text \"\"), "
+                                            ".csv/.tsv, .jsonl, or - for standard input "
+                                            "(read as a .txt)")
     embed_parser.add_argument("-o", "--output", required=True, help=".npy or .parquet file")
     embed_parser.add_argument("--text-column", help="column of a .csv/.tsv input")
     embed_parser.add_argument("--text-field", help="field of a .jsonl input")
@@ -396,9 +248,18 @@ def build_parser():
     embed_parser.add_argument("--chunk-size", type=positive_int, default=CHUNK_SIZE,
                               help="texts read, transformed and written at a time; memory "
                                    "grows with it, not with the input (default: %(default)s)")
+    embed_parser.add_argument("--missing", choices=MISSING, default="error",
+                              help="a missing text: an empty or absent .csv/.tsv cell, or a "
+                                   ".jsonl field that is absent, null or not a string. 'error' "
+                                   "stops at the first, naming its row; 'empty' embeds \"\" in "
+                                   "its place; 'skip' leaves its row out and writes "
+                                   "<output>.rows.npy, the int64 positions (from 0) of the input "
+                                   "rows embedded, to align the output with labels "
+                                   "(default: %(default)s)")
     embed_parser.add_argument("--resume", action="store_true",
                               help="continue an interrupted run of the same command from the "
-                                   "last chunk written (refused if the input or options changed)")
+                                   "last chunk written, after checking the rows it keeps against "
+                                   "their checksums (refused if the input or options changed)")
     model_options(embed_parser)
     embed_parser.set_defaults(run=embed)
 
@@ -413,6 +274,13 @@ def build_parser():
     probe_parser.add_argument("--poolings", type=lambda v: v.split(","), default=["cls", "mean",
                                                                                    "max"],
                               help="comma list (default: cls,mean,max)")
+    probe_parser.add_argument("--missing", choices=MISSING, default="error",
+                              help="a missing text or label (an empty or absent cell, a field "
+                                   "that is absent or null; a text that is not a string): "
+                                   "'error' stops at the first, naming its row; 'skip' leaves "
+                                   "the example out; 'empty' embeds \"\" for a missing text, "
+                                   "and a missing label is still an error (default: "
+                                   "%(default)s)")
     probe_parser.add_argument("--cv", type=int, default=5, help="folds (default: %(default)s)")
     probe_parser.add_argument("--out", default="layer_report.png",
                               help="heatmap PNG; the CSV table is written next to it")
