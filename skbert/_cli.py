@@ -60,7 +60,8 @@ def _vectorizer(args, **overrides):
     from skbert import BertVectorizer
 
     params = dict(model=args.model, max_length=args.max_length, truncation=args.truncation,
-                  batch_size=args.batch_size, device=args.device, dtype=args.dtype, verbose=True)
+                  batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+                  backend=args.backend, verbose=True)
     params.update(overrides)
     return BertVectorizer(**params)
 
@@ -171,6 +172,7 @@ def _settings(args, vectorizer):
                 "--norm": args.norm, "--prompt": vectorizer.prompt_,
                 "--truncate-dim": args.truncate_dim, "--max-length": args.max_length,
                 "--truncation": args.truncation, "--dtype": args.dtype,
+                "--backend": args.backend,
                 "--missing": args.missing,
                 "the model's weights": _loading.weights_fingerprint(vectorizer.model_),
                 "the model's tokenizer": _loading.tokenizer_fingerprint(vectorizer.tokenizer_)}
@@ -218,8 +220,13 @@ def build_parser():
         sub.add_argument("--batch-size", type=int, default=32,
                          help="texts per forward pass (default: %(default)s)")
         sub.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-        sub.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                         help="compute precision (default: %(default)s)")
+        sub.add_argument("--backend", default="torch", choices=["torch", "openvino", "onnx"],
+                         help="inference engine: openvino and onnx (ONNX Runtime) run on the CPU "
+                              "(default: %(default)s)")
+        sub.add_argument("--dtype", default="float32",
+                         choices=["float32", "float16", "bfloat16", "int8"],
+                         help="compute precision; int8 needs --backend openvino or onnx "
+                              "(default: %(default)s)")
 
     embed_parser = commands.add_parser(
         "embed", help="embed texts into a .npy or .parquet file",

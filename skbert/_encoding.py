@@ -256,7 +256,8 @@ def _model_inputs(tokenizer, windows, batch, device):
     return inputs, tensor(windows.special_mask, 1)
 
 
-def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None, out=None):
+def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None, out=None,
+                  engine=None):
     """Run the encoder over ``windows``; return one records array per layout.
 
     Each array has one row per window, in order, and ``layout.width`` float32
@@ -267,25 +268,32 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
     Records are computed on the model's device and each batch crosses to the
     CPU once, into arrays allocated up front. A batch that runs out of GPU
     memory is split in two and retried, down to single windows, with a warning.
+
+    ``engine``, when given, runs the encoder instead of ``model``:
+    ``engine(depth, layers, pooler)`` is a callable from the model inputs to
+    ``({layer: hidden states}, pooler output)`` for the encoder cut after layer
+    ``depth`` (:func:`skbert._engines.graph`).
     """
     import torch
 
     keys = set().union(*(layout.keys for layout in layouts))
     read = layers_read(keys)
     last = model.config.num_hidden_layers
+    pooler = ("pooler",) in keys
     # At least one layer: some encoders (DeBERTa-v2) return nothing from an empty layer list.
-    deepest = last if ("pooler",) in keys or not read else max(1, *read)
-    view = shallow_view(model, deepest)
-    top = deepest if view is not model else last  # the hidden state the view ends with
-    model, inner = view, bool(read - {top})
-    device = next(model.parameters()).device
+    deepest = last if pooler or not read else max(1, *read)
+    if engine is not None:
+        encode, device = engine(deepest, sorted(read | {deepest}), pooler), torch.device("cpu")
+    else:
+        encode = _torch_encoder(model, read, deepest)
+        device = next(model.parameters()).device
     records = out or [np.empty((len(windows), layout.width), dtype=np.float32)
                       for layout in layouts]
 
     def run(batch):
         inputs, special = _model_inputs(tokenizer, windows, batch, device)
         try:
-            outputs = model(**inputs, output_hidden_states=inner)
+            hidden, pooler_output = encode(inputs)
         except torch.cuda.OutOfMemoryError:
             if len(batch) == 1:
                 raise
@@ -297,8 +305,6 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
             run(batch[:len(batch) // 2])
             run(batch[len(batch) // 2:])
             return
-        hidden = outputs.hidden_states if inner else {top: outputs.last_hidden_state}
-        pooler_output = getattr(outputs, "pooler_output", None)
         rows = _as_slice(batch)
         for layout, array in zip(layouts, records):
             target = None
@@ -315,6 +321,21 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
         for batch in length_sorted_batches(windows.lengths, batch_size):
             run(batch)
     return records
+
+
+def _torch_encoder(model, read, deepest):
+    """``inputs -> (hidden states by layer, pooler output)`` of ``model`` run only as deep as
+    ``deepest``, with the inner hidden states requested only when ``read`` needs them."""
+    view = shallow_view(model, deepest)
+    top = deepest if view is not model else model.config.num_hidden_layers  # where it ends
+    inner = bool(read - {top})
+
+    def encode(inputs):
+        outputs = view(**inputs, output_hidden_states=inner)
+        hidden = outputs.hidden_states if inner else {top: outputs.last_hidden_state}
+        return hidden, getattr(outputs, "pooler_output", None)
+
+    return encode
 
 
 def _as_slice(indices):

@@ -9,7 +9,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
-from skbert import _cache, _loading, _persistence
+from skbert import _cache, _engines, _loading, _persistence
 from skbert._base import POOLING_NAMES, EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import forward_parts, text_budget, tokenize
@@ -108,8 +108,27 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     device : {"auto", "cpu", "cuda", "cuda:N", "mps"}, default="auto"
         Where inference runs; resolved at fit and transform, never written back.
         "auto" picks CUDA, then MPS, then the CPU.
-    dtype : {"float32", "float16", "bfloat16"}, default="float32"
+    dtype : {"float32", "float16", "bfloat16", "int8"}, default="float32"
         Compute precision. Features are float32 numpy arrays whatever it is.
+        "int8" quantizes weights and activations, with a CPU ``backend``:
+        OpenVINO statically (NNCF, calibrated on ``calibration``), ONNX
+        Runtime dynamically. "float16" is for the torch backend; "bfloat16"
+        for torch or OpenVINO (its bf16 hint).
+    backend : {"torch", "openvino", "onnx"}, default="torch"
+        The inference engine. "openvino" (OpenVINO) and "onnx" (ONNX Runtime)
+        run on the CPU (``pip install 'skbert[openvino]'`` or ``'skbert[onnx]'``):
+        on first use the encoder, cut after the deepest layer read, is
+        converted (and quantized) from a private copy of the torch model and
+        stored in ``SKBERT_EXPORT_DIR`` (default: ``skbert/exports`` in the
+        user cache directory), from which later fits and processes load it.
+        With ``dtype="float32"`` every backend gives the torch features within
+        1e-5. Every other setting works the same on every backend.
+    calibration : None, "fit" or list of str, default=None
+        The texts that calibrate ``dtype="int8"`` on OpenVINO: None is a fixed
+        bundled set of 300 sentences and questions (the same int8 model for
+        every fold, clone and process), "fit" the first 300 distinct texts
+        given to ``fit``, a list those texts. Part of the cache key. Ignored
+        otherwise.
     cache : bool or path, default=True
         Reuse forward passes across settings, clones and calls. ``True`` keeps
         them in a process-wide in-memory store, bounded by a byte budget with
@@ -197,6 +216,9 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         "truncation": [StrOptions({"head", "tail", "head_tail", "chunks"})],
         "stride": [Interval(Integral, 0, None, closed="left")],
         "chunk_pooling": [StrOptions({"mean", "max", "weighted"})],
+        "dtype": [StrOptions({*_loading.DTYPES, "int8"})],
+        "backend": [StrOptions(set(_engines.BACKENDS))],
+        "calibration": [None, StrOptions({"fit"}), list, tuple],
         "cache": [bool, str, os.PathLike],  # not numpy bools: the code tests `is False`
         "persist_weights": ["boolean"],
     }
@@ -219,6 +241,8 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         batch_size=32,
         device="auto",
         dtype="float32",
+        backend="torch",
+        calibration=None,
         cache=True,
         persist_weights=True,
         revision=None,
@@ -239,6 +263,8 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         self.batch_size = batch_size
         self.device = device
         self.dtype = dtype
+        self.backend = backend
+        self.calibration = calibration
         self.cache = cache
         self.persist_weights = persist_weights
         self.revision = revision
@@ -264,11 +290,20 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         self : BertVectorizer
             The fitted vectorizer.
         """
-        if X is not None and not is_one_pass(X):
+        calibrating = self.backend == "openvino" and self.dtype == "int8"  # ONNX: dynamic
+        if calibrating and self.calibration == "fit":
+            if X is None:
+                raise ValueError("calibration='fit' calibrates int8 on the texts given to fit: "
+                                 "pass them, or give calibration=None or a list of texts.")
+            X = check_texts(X)
+        elif X is not None and not is_one_pass(X):
             check_texts(X)
         _cache.check_cache(self.cache)
-        device = _loading.resolve_device(self.device)
-        loaded = _loading.load(os.fspath(self.model), self.revision, self.dtype, device)
+        device = self._device()
+        _engines.check_backend(self.backend, self.dtype, device)
+        self._calibration = (_engines.calibration_texts(self.calibration, X) if calibrating
+                             else None)
+        loaded = _loading.load(os.fspath(self.model), self.revision, self._torch_dtype, device)
         self.model_, self.tokenizer_ = loaded.model, loaded.tokenizer
         self._fingerprint = loaded.fingerprint
         self._tokenizer_fingerprint = loaded.tokenizer_fingerprint
@@ -353,7 +388,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         width = self._width(extraction)
         if not texts:
             return np.empty((0, width), dtype=np.float32)
-        model = self._model_on(_loading.resolve_device(self.device))
+        model = self._model_on(self._device())
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
                            self.stride, self.prompt_, self._sentence.include_prompt)
         features = self._window_features(model, windows, extraction)
@@ -378,12 +413,14 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
             layouts = [Layout.of(parts_for_cache(self.n_layers_, has_pooler), hidden_size)]
             if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
                 layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
-        keys = _cache.window_keys(windows, self._fingerprint, self.dtype)
+        keys = _cache.window_keys(windows, self._fingerprint,
+                                  _engines.tag(self.backend, self.dtype, self._calibration))
+        engine = None if self.backend == "torch" else self._engine
         with tqdm(total=len(set(keys)), desc="BertVectorizer", unit="window",
                   disable=not self.verbose) as progress:
             def compute(indices, out):
                 forward_parts(model, self.tokenizer_, windows.subset(indices), layouts,
-                              self.batch_size, progress, out)
+                              self.batch_size, progress, out, engine)
 
             def assembled(records):
                 parts = {}
@@ -393,6 +430,22 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
 
             return _cache.window_features(store, keys, windows.lengths, layouts, compute,
                                           assembled, self.batch_size, progress)
+
+    @property
+    def _torch_dtype(self):
+        """The precision of the torch model: the engines convert it from float32."""
+        return self.dtype if self.backend == "torch" else "float32"
+
+    def _device(self):
+        """Where inference runs: the CPU engines run on the CPU (``"auto"`` resolves there)."""
+        if self.backend != "torch" and self.device == "auto":
+            return _loading.resolve_device("cpu")
+        return _loading.resolve_device(self.device)
+
+    def _engine(self, depth, layers, pooler):
+        """The CPU engine's graph of the encoder cut after ``depth`` (see forward_parts)."""
+        return _engines.graph(self.model_, self.tokenizer_, self._fingerprint, self.backend,
+                              self.dtype, self._calibration, depth, layers, pooler)
 
     def _extraction(self):
         """The extraction setting, with layers checked against the model."""
@@ -465,7 +518,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
             state["_sentence"] = _loading.SentenceConfig(**state["_sentence"])
         super().__setstate__(state)
         if files is not None:
-            self.model_, self.tokenizer_ = _persistence.load_model(files, self.dtype)
+            self.model_, self.tokenizer_ = _persistence.load_model(files, self._torch_dtype)
             # Recomputed rather than trusted: cache keys must describe the weights in hand.
             self._fingerprint = _loading.weights_fingerprint(self.model_)
             self._tokenizer_fingerprint = _loading.tokenizer_fingerprint(self.tokenizer_)
@@ -475,8 +528,8 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     def _load_reference(self, revision):
         """Find the weights and tokenizer of a ``persist_weights=False`` pickle again, and
         check both against their fingerprints."""
-        device = _loading.resolve_device(self.device)
-        loaded = _loading.load(os.fspath(self.model), revision, self.dtype, device)
+        loaded = _loading.load(os.fspath(self.model), revision, self._torch_dtype,
+                               self._device())
         for what, expected, found in [
                 ("weights", self._fingerprint, loaded.fingerprint),
                 ("tokenizer", self._tokenizer_fingerprint, loaded.tokenizer_fingerprint)]:

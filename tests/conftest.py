@@ -18,6 +18,15 @@ LETTERS = list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-")
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_export_dir(tmp_path_factory):
+    """Converted graphs (backend="openvino" / "onnx") go to a temporary directory, not to the
+    user's cache directory."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SKBERT_EXPORT_DIR", str(tmp_path_factory.mktemp("exports")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A 2-layer, hidden-32 random BERT with a small WordPiece vocabulary, saved to disk."""

