@@ -85,7 +85,9 @@ def calibration_texts(calibration, fit_texts):
     or the user's list (a text pair calibrates as its first text)."""
     if calibration is None:
         return default_calibration()
-    texts = fit_texts if calibration == "fit" else calibration
+    from skbert._validation import check_texts
+
+    texts = fit_texts if calibration == "fit" else check_texts(calibration)
     texts = [text[0] if isinstance(text, tuple) else text for text in texts]
     texts = tuple(dict.fromkeys(texts))[:N_CALIBRATION]
     if not texts:

@@ -138,6 +138,9 @@ def test_int8_calibration_is_in_the_key_and_the_state(tiny_model_dir, texts):
     listed = BertVectorizer(tiny_model_dir, backend="openvino", dtype="int8", calibration=texts)
     np.testing.assert_array_equal(listed.fit_transform(texts), own_features)
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(own)).transform(texts), own_features)
+    with pytest.raises(ValueError, match=r"Text at index 1 is int \(3\); every text must be"):
+        BertVectorizer(tiny_model_dir, backend="openvino", dtype="int8",
+                       calibration=["a", 3]).fit()
     with pytest.raises(ValueError, match=r"calibration='fit' calibrates int8 on the texts given "
                                          r"to fit: pass them"):
         BertVectorizer(tiny_model_dir, backend="openvino", dtype="int8",
