@@ -111,6 +111,13 @@ def test_an_architecture_an_engine_cannot_convert_is_named(tiny_model_dir, texts
                        cache=False).fit_transform(texts)
 
 
+def test_openvino_bfloat16_is_close_to_float32(tiny_model_dir, texts):
+    expected = BertVectorizer(tiny_model_dir, norm="l2").fit_transform(texts)
+    got = BertVectorizer(tiny_model_dir, backend="openvino", dtype="bfloat16",
+                         norm="l2").fit_transform(texts)  # exact where the CPU has no bf16
+    np.testing.assert_allclose(got, expected, rtol=0, atol=0.05)
+
+
 # --- int8 --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", ENGINES)
