@@ -127,8 +127,9 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         The texts that calibrate ``dtype="int8"`` on OpenVINO: None is a fixed
         bundled set of 300 sentences and questions (the same int8 model for
         every fold, clone and process), "fit" the first 300 distinct texts
-        given to ``fit``, a list those texts. Part of the cache key. Ignored
-        otherwise.
+        given to ``fit`` (which then reads them, a one-pass iterable
+        included: use ``fit_transform`` for those), a list those texts. Part
+        of the cache key. Ignored otherwise.
     cache : bool or path, default=True
         Reuse forward passes across settings, clones and calls. ``True`` keeps
         them in a process-wide in-memory store, bounded by a byte budget with
