@@ -51,7 +51,7 @@ class EncoderMixin:
             )
         layers = tuple(int(i) % n_states for i in layers)
         if pooling == "pooler":
-            if getattr(self.model_, "pooler", None) is None:
+            if not self._has_pooler:
                 raise ValueError(
                     f"pooling='pooler' needs a model with a pooler layer; "
                     f"{os.fspath(self.model)!r} has none. Use 'cls' for its [CLS] vector."
@@ -66,7 +66,7 @@ class EncoderMixin:
     def _window_length(self):
         """Tokens per window: ``max_length``, checked against the model's limit."""
         limit = min(self.tokenizer_.model_max_length,
-                    getattr(self.model_.config, "max_position_embeddings", np.inf))
+                    getattr(self._config, "max_position_embeddings", np.inf))
         max_length = int(limit) if self.max_length is None else self.max_length
         if max_length > limit:
             raise ValueError(
@@ -77,6 +77,15 @@ class EncoderMixin:
             raise ValueError(f"max_length={max_length!r} leaves no room for text next to the "
                              f"special tokens: use at least {max_length - budget + 1}.")
         return max_length
+
+    @property
+    def _config(self):
+        """The encoder's transformers config."""
+        return self.model_.config
+
+    @property
+    def _has_pooler(self):
+        return getattr(self.model_, "pooler", None) is not None
 
     def _model_on(self, device):
         """``model_`` on ``device``: a copy when the device changed (``model_`` may be shared)."""

@@ -165,8 +165,6 @@ def _scan(records):
 
 def _settings(args, vectorizer):
     """The options that decide the features, by name: a resumed run must have the same."""
-    from skbert import _loading
-
     model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model
     settings = {"--model": model, "--layer": args.layer, "--pooling": args.pooling,
                 "--norm": args.norm, "--prompt": vectorizer.prompt_,
@@ -174,8 +172,9 @@ def _settings(args, vectorizer):
                 "--truncation": args.truncation, "--dtype": args.dtype,
                 "--backend": args.backend,
                 "--missing": args.missing,
-                "the model's weights": _loading.weights_fingerprint(vectorizer.model_),
-                "the model's tokenizer": _loading.tokenizer_fingerprint(vectorizer.tokenizer_)}
+                # The fingerprints the vectorizer keys its cache with (equal to recomputing them).
+                "the model's weights": vectorizer._fingerprint,
+                "the model's tokenizer": vectorizer._tokenizer_fingerprint}
     return json.loads(json.dumps(settings))  # as read back from the progress file
 
 

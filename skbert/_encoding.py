@@ -269,16 +269,16 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
     CPU once, into arrays allocated up front. A batch that runs out of GPU
     memory is split in two and retried, down to single windows, with a warning.
 
-    ``engine``, when given, runs the encoder instead of ``model``:
+    ``engine``, when given, runs the encoder instead of ``model`` (then None):
     ``engine(depth, layers, pooler)`` is a callable from the model inputs to
     ``({layer: hidden states}, pooler output)`` for the encoder cut after layer
-    ``depth`` (:func:`skbert._engines.graph`).
+    ``depth``, and ``engine.config`` the model's config (:class:`skbert._engines.Engine`).
     """
     import torch
 
     keys = set().union(*(layout.keys for layout in layouts))
     read = layers_read(keys)
-    last = model.config.num_hidden_layers
+    last = (model if engine is None else engine).config.num_hidden_layers
     pooler = ("pooler",) in keys
     # At least one layer: some encoders (DeBERTa-v2) return nothing from an empty layer list.
     deepest = last if pooler or not read else max(1, *read)

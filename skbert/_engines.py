@@ -19,6 +19,8 @@ calibration).
 import contextlib
 import copy
 import hashlib
+import importlib.util
+import io
 import json
 import logging
 import os
@@ -26,6 +28,7 @@ import shutil
 import tempfile
 import threading
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +38,7 @@ BACKENDS = ("torch", "openvino", "onnx")
 ENGINE_DTYPES = {"openvino": ("float32", "bfloat16", "int8"), "onnx": ("float32", "int8")}
 _EXTRAS = {"openvino": ("openvino", "nncf"), "onnx": ("onnxruntime", "onnx")}
 # Raise it when the files of an export change: exports of another version are rebuilt.
-EXPORT_FORMAT = "skbert-export-v1"
+EXPORT_FORMAT = "skbert-export-v2"
 # Calibration texts for int8 at most: NNCF's own default subset size.
 N_CALIBRATION = 300
 _INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -57,12 +60,10 @@ def check_backend(backend, dtype, device):
     if dtype not in ENGINE_DTYPES[backend]:
         raise ValueError(f"dtype={dtype!r} is not computed by backend={backend!r}, which offers "
                          f"{', '.join(map(repr, ENGINE_DTYPES[backend]))}.")
-    for package in _EXTRAS[backend]:
-        try:
-            __import__(package)
-        except ImportError:
+    for package in _EXTRAS[backend]:  # found, not imported: NNCF alone takes 0.5 s
+        if importlib.util.find_spec(package) is None:
             raise ImportError(f"backend={backend!r} needs {package}: pip install "
-                              f"'skbert[{backend}]'") from None
+                              f"'skbert[{backend}]'")
 
 
 def default_calibration():
@@ -112,20 +113,45 @@ def export_dir():
     return Path(cache) / "skbert" / "exports"
 
 
-def graph(model, tokenizer, fingerprint, backend, dtype, calibration, depth, states, pooler):
-    """The compiled graph of ``model`` cut after layer ``depth``: a callable from numpy inputs
-    to ``({layer: hidden states}, pooler output or None)`` as torch tensors.
+def model_records():
+    """Where :func:`skbert._loading.load` records the fingerprints of the models that the
+    engines run, so that a process whose exports are stored does not load the torch model."""
+    return export_dir() / "models"
 
-    Converted from a private copy of ``model`` on first use and stored in
-    :func:`export_dir`; loaded from there afterwards.
+
+@dataclass(frozen=True)
+class Engine:
+    """A CPU engine running one :class:`skbert._loading.LoadedModel`: ``engine(depth, states,
+    pooler)`` is its :func:`graph` cut after layer ``depth``."""
+
+    loaded: object
+    backend: str
+    dtype: str
+    calibration: tuple | None
+
+    @property
+    def config(self):
+        return self.loaded.config
+
+    def __call__(self, depth, states, pooler):
+        return graph(self.loaded, self.backend, self.dtype, self.calibration, depth, states,
+                     pooler)
+
+
+def graph(loaded, backend, dtype, calibration, depth, states, pooler):
+    """The compiled graph of the model of ``loaded`` cut after layer ``depth``: a callable from
+    numpy inputs to ``({layer: hidden states}, pooler output or None)`` as torch tensors.
+
+    Converted from a private copy of the torch model on first use and stored in
+    :func:`export_dir`, keyed by the weights fingerprint; loaded from there afterwards
+    (without the torch model).
     """
-    key = _digest(json.dumps([EXPORT_FORMAT, fingerprint, backend, dtype, depth, list(states),
-                              pooler, calibration, _engine_version(backend)]))
+    key = _digest(json.dumps([EXPORT_FORMAT, loaded.fingerprint, backend, dtype, depth,
+                              list(states), pooler, calibration, _engine_version(backend)]))
     with _lock:
         found = _graphs.get(key)
         if found is None:
-            files = _export(key, model, tokenizer, backend, dtype, calibration, depth, states,
-                            pooler)
+            files = _export(key, loaded, backend, dtype, calibration, depth, states, pooler)
             found = _graphs[key] = _Compiled(backend, dtype, files, states, pooler)
         return found
 
@@ -189,7 +215,7 @@ def _module(model, states, pooler):
     return Graph().eval()
 
 
-def _export(key, model, tokenizer, backend, dtype, calibration, depth, states, pooler):
+def _export(key, loaded, backend, dtype, calibration, depth, states, pooler):
     """The directory of the export ``key``: found and verified, or converted and stored."""
     root = export_dir()
     target = root / key
@@ -203,7 +229,8 @@ def _export(key, model, tokenizer, backend, dtype, calibration, depth, states, p
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     try:
-        _convert(staging, model, tokenizer, backend, dtype, calibration, depth, states, pooler)
+        _convert(staging, loaded.model, loaded.tokenizer, backend, dtype, calibration, depth,
+                 states, pooler)
         manifest = {path.name: _file_digest(path) for path in staging.iterdir()}
         (staging / "manifest.json").write_text(json.dumps(manifest))
         try:
@@ -259,8 +286,11 @@ def _convert(directory, model, tokenizer, backend, dtype, calibration, depth, st
     samples = None if calibration is None else [inputs([text]) for text in calibration]
     quantize = dtype == "int8"
     try:
-        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tracer warnings about data-dependent branches
+        # Tracing reads every attribute of the model: transformers warns of a loss_type it
+        # does not know (an encoder has none) and the tracer of data-dependent branches.
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), \
+                _quiet("transformers", logging.ERROR):
+            warnings.simplefilter("ignore")
             expected = [output.numpy() for output in module(
                 **{name: torch.as_tensor(values) for name, values in check.items()})]
             if backend == "openvino":
@@ -297,7 +327,8 @@ def _convert_openvino(directory, module, example, check, expected, samples):
     if samples is not None:
         import nncf
 
-        with _quiet_nncf():
+        # NNCF draws progress bars (rich, on standard output) and logs each step at INFO level.
+        with _quiet("nncf"), contextlib.redirect_stdout(io.StringIO()):
             converted = nncf.quantize(converted, nncf.Dataset(samples),
                                       model_type=nncf.ModelType.TRANSFORMER,
                                       subset_size=len(samples))
@@ -330,19 +361,15 @@ def _convert_onnx(directory, module, example, check, expected, quantize):
 
 
 @contextlib.contextmanager
-def _quiet_nncf():
-    """NNCF draws progress bars (rich, on standard output) and logs each step at INFO level:
-    only its warnings and errors, for the duration."""
-    import io
-
-    logger = logging.getLogger("nncf")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+def _quiet(name, level=logging.WARNING):
+    """Only records of ``level`` and above from the logger ``name``, for the duration."""
+    logger = logging.getLogger(name)
+    previous = logger.level
+    logger.setLevel(level)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
+        yield
     finally:
-        logger.setLevel(level)
+        logger.setLevel(previous)
 
 
 class _NoPreprocessingAdvice(logging.Filter):
@@ -364,7 +391,7 @@ def _digest(text):
 
 
 def _file_digest(path):
-    digest = hashlib.blake2b(digest_size=16)
+    digest = hashlib.sha256()
     with open(path, "rb") as file:
         while block := file.read(1 << 20):
             digest.update(block)

@@ -8,29 +8,68 @@ torch and transformers are imported inside the functions that need them, so
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
+import re
+import tempfile
 import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 
 DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(eq=False)
 class LoadedModel:
-    """A model in eval mode on its device, its tokenizer, fingerprints of both, what its
-    sentence-transformers files say (:class:`SentenceConfig`), and the :func:`folder_stamp`
-    of the directory it came from (None for a hub id)."""
+    """A tokenizer and a model's config, fingerprints of weights and tokenizer, what its
+    sentence-transformers files say (:class:`SentenceConfig`), the :func:`folder_stamp` of
+    the directory it came from (None for a hub id), and the model in eval mode on its
+    device, loaded on first use of :attr:`model` when :func:`load` found its fingerprint
+    in a record instead."""
 
-    model: object
     tokenizer: object
+    config: object
     fingerprint: str
     tokenizer_fingerprint: str
     sentence: "SentenceConfig"
+    has_pooler: bool
     stamp: tuple | None = None
+    _model: object = None
+    _origin: tuple | None = None  # (source, revision, dtype, device) of a model not yet loaded
+    _model_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def of(cls, model, tokenizer, sentence, stamp=None):
+        """A loaded model, its fingerprints computed."""
+        return cls(tokenizer, model.config, weights_fingerprint(model),
+                   tokenizer_fingerprint(tokenizer), sentence, _has_pooler(model), stamp, model)
+
+    @property
+    def model(self):
+        with self._model_lock:
+            if self._model is None:
+                source, revision, dtype, device = self._origin
+                model = _load_model(source, revision, dtype)
+                found = weights_fingerprint(model)
+                if found != self.fingerprint:  # saved over since, or a wrong record
+                    raise ValueError(f"The weights of {source!r} changed since they were "
+                                     f"fingerprinted {self.fingerprint}: found {found}. Fit "
+                                     "again to use the current model.")
+                self._model = model.to(device)
+            return self._model
+
+    def with_model(self, model):
+        """A copy around ``model`` (the same weights elsewhere, or a private copy)."""
+        return dataclasses.replace(self, config=model.config, has_pooler=_has_pooler(model),
+                                   _model=model, _origin=None, _model_lock=threading.Lock())
+
+
+def _has_pooler(model):
+    return getattr(model, "pooler", None) is not None
 
 
 # Alive models by (model, revision, dtype, device); the deque keeps the most recent
@@ -168,8 +207,13 @@ def from_pretrained(source, revision, dtype):
     implement is refused, without the question transformers would otherwise
     ask on standard input.
     """
-    from transformers import AutoModel, AutoTokenizer
+    _check_source(source)
+    tokenizer = _pretrained("AutoTokenizer", source, revision)
+    return _load_model(source, revision, dtype), tokenizer
 
+
+def _check_source(source):
+    """Refuse a path that is no model folder, and a folder that needs its own code."""
     is_dir = os.path.isdir(source)
     # A hub id is "name" or "owner/name"; anything else that is not a directory is a bad path.
     bad_path = os.path.isabs(source) or source.startswith((".", "~")) or source.count("/") > 1
@@ -181,19 +225,26 @@ def from_pretrained(source, revision, dtype):
                       "tokenizer files, as save_pretrained writes them).")
     if is_dir:
         _refuse_remote_code(source)
+
+
+def _pretrained(kind, source, revision, **kwargs):
+    """``transformers.<kind>.from_pretrained(source)``, never running the source's code, with
+    one clear error for a missing, unreachable or corrupt model."""
+    import transformers
     from safetensors import SafetensorError
 
     try:
         with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision,
-                                                      trust_remote_code=False)
-            model = AutoModel.from_pretrained(source, revision=revision, dtype=torch_dtype(dtype),
-                                              trust_remote_code=False)
+            return getattr(transformers, kind).from_pretrained(
+                source, revision=revision, trust_remote_code=False, **kwargs)
     except (OSError, ValueError, SafetensorError) as exc:  # missing, offline, corrupt
-        where = (f"model directory {source!r}" if is_dir
+        where = (f"model directory {source!r}" if os.path.isdir(source)
                  else f"model {source!r} (revision={revision!r})")
         raise OSError(f"Could not load the {where}: {exc}") from exc
-    return model.eval(), tokenizer
+
+
+def _load_model(source, revision, dtype):
+    return _pretrained("AutoModel", source, revision, dtype=torch_dtype(dtype)).eval()
 
 
 def _refuse_remote_code(source):
@@ -215,11 +266,15 @@ def _refuse_remote_code(source):
         )
 
 
-def load(source, revision, dtype, device):
+def load(source, revision, dtype, device, records=None):
     """The shared :class:`LoadedModel` for ``source`` on ``device``, loaded on first use.
 
     A directory whose files changed since it was loaded (a model saved into it
-    again) is loaded anew.
+    again) is loaded anew. ``records`` is a directory where a load leaves the
+    weights fingerprint of the model files it read (keyed by a digest of their
+    contents): a model found there is not loaded until :attr:`LoadedModel.model`
+    is asked for, which saves a process that needs only the fingerprint (a CPU
+    engine whose export is stored) the import and load of the torch model.
     """
     where = os.path.abspath(source) if os.path.isdir(source) else source
     key = (where, revision, dtype, str(device))
@@ -228,14 +283,96 @@ def load(source, revision, dtype, device):
         stamp = folder_stamp(source)
         if loaded is None or loaded.stamp != stamp:
             check_dtype(dtype, device)
-            model, tokenizer = from_pretrained(source, revision, dtype)
-            loaded = LoadedModel(model.to(device), tokenizer, weights_fingerprint(model),
-                                 tokenizer_fingerprint(tokenizer),
-                                 sentence_config(source, revision), stamp)
+            files = None if records is None else files_digest(source, revision, dtype)
+            loaded = files and _recalled(source, revision, dtype, device, stamp,
+                                         Path(records, f"{files}.json"))
+            if not loaded:
+                model, tokenizer = from_pretrained(source, revision, dtype)
+                loaded = LoadedModel.of(model.to(device), tokenizer,
+                                        sentence_config(source, revision), stamp)
+                if records is not None:  # the files as read now (a hub model: downloaded)
+                    _record(Path(records), files_digest(source, revision, dtype), loaded)
             _shared[key] = loaded
         if loaded not in _recent:
             _recent.append(loaded)
         return loaded
+
+
+def files_digest(source, revision, dtype):
+    """A digest of what loading ``source`` in ``dtype`` reads into the model: config.json and
+    the weight files (the safetensors ones where there are any, as transformers prefers
+    them), with the versions of torch and transformers; None when they cannot be read."""
+    import torch
+    import transformers
+
+    folder = source if os.path.isdir(source) else _hub_folder(source, revision)
+    try:
+        names = sorted(os.listdir(folder)) if folder else []
+        weights = ([name for name in names if name.endswith(".safetensors")]
+                   or [name for name in names if name.endswith(".bin")])
+        if "config.json" not in names or not weights:
+            return None
+        digest = hashlib.sha256()  # the fastest of hashlib's where CPUs have SHA instructions
+        digest.update(json.dumps([dtype, torch.__version__, transformers.__version__]).encode())
+        for name in ["config.json", *weights, *(n for n in names if n.endswith(".index.json"))]:
+            digest.update(name.encode() + b"\0")
+            with open(os.path.join(folder, name), "rb") as file:
+                while block := file.read(1 << 20):
+                    digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()[:32]
+
+
+def _hub_folder(source, revision):
+    """The local snapshot folder of a hub model, resolved as transformers resolves it."""
+    from transformers.utils import cached_file
+
+    path = cached_file(source, "config.json", revision=revision,
+                       _raise_exceptions_for_missing_entries=False,
+                       _raise_exceptions_for_connection_errors=False)
+    return None if path is None else os.path.dirname(path)
+
+
+def _recalled(source, revision, dtype, device, stamp, record):
+    """A :class:`LoadedModel` of config and tokenizer whose weights load on first use, with
+    the fingerprint of ``record``; None when the record is missing or not one."""
+    try:
+        facts = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(facts, dict) and facts.get("files") == record.stem
+            and isinstance(facts.get("fingerprint"), str)
+            and re.fullmatch("[0-9a-f]{32}", facts["fingerprint"])
+            and isinstance(facts.get("has_pooler"), bool)):
+        return None  # damaged or foreign: the model is loaded and the record written again
+    _check_source(source)
+    tokenizer = _pretrained("AutoTokenizer", source, revision)
+    return LoadedModel(tokenizer, _pretrained("AutoConfig", source, revision),
+                       facts["fingerprint"], tokenizer_fingerprint(tokenizer),
+                       sentence_config(source, revision), facts["has_pooler"], stamp,
+                       _origin=(source, revision, dtype, device))
+
+
+def _record(records, files, loaded):
+    """Write what loading ``files`` gave, atomically; a failed write only warns."""
+    if files is None:
+        return
+    facts = {"files": files, "fingerprint": loaded.fingerprint, "has_pooler": loaded.has_pooler}
+    try:
+        records.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=records)
+        try:
+            with os.fdopen(handle, "w") as file:
+                json.dump(facts, file)
+            os.replace(temporary, records / f"{files}.json")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)  # left only when the write failed
+    except OSError as exc:
+        warnings.warn(f"skbert could not record the fingerprint of this model in "
+                      f"{str(records)!r} ({exc}): the next process loads its weights again.",
+                      RuntimeWarning, stacklevel=4)
 
 
 # sentence-transformers pooling modes -> skbert pooling names.

@@ -174,7 +174,9 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     Attributes
     ----------
     model_ : transformers.PreTrainedModel
-        The loaded encoder, in eval mode.
+        The loaded encoder, in eval mode. With a CPU ``backend`` whose export
+        another process stored, the torch model is loaded when this is first
+        read: the engine needs only the export.
     tokenizer_ : transformers.PreTrainedTokenizerBase
         Its tokenizer.
     n_layers_ : int
@@ -304,16 +306,44 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         _engines.check_backend(self.backend, self.dtype, device)
         self._calibration = (_engines.calibration_texts(self.calibration, X) if calibrating
                              else None)
-        loaded = _loading.load(os.fspath(self.model), self.revision, self._torch_dtype, device)
-        self.model_, self.tokenizer_ = loaded.model, loaded.tokenizer
-        self._fingerprint = loaded.fingerprint
-        self._tokenizer_fingerprint = loaded.tokenizer_fingerprint
-        self.n_layers_ = self.model_.config.num_hidden_layers + 1
-        self._sentence = loaded.sentence  # what the folder says: pooling_, norm_, prompt_
+        self._use(self._load(self.revision, device))
+        self._sentence = self._loaded.sentence  # what the folder says: pooling_, norm_, prompt_
         self._folder_setting("norm")
         self._width(self._extraction())
         self._window_length()
         return self
+
+    def _load(self, revision, device):
+        """The shared model; for a CPU engine, its torch weights only once they are needed
+        (to convert, or when ``model_`` is read)."""
+        records = None if self.backend == "torch" else _engines.model_records()
+        return _loading.load(os.fspath(self.model), revision, self._torch_dtype, device,
+                             records)
+
+    def _use(self, loaded):
+        self._loaded, self.tokenizer_ = loaded, loaded.tokenizer
+        self._fingerprint = loaded.fingerprint
+        self._tokenizer_fingerprint = loaded.tokenizer_fingerprint
+        self.n_layers_ = loaded.config.num_hidden_layers + 1
+
+    @property
+    def model_(self):
+        """The encoder; with a CPU engine, loaded on first use (see the class docstring)."""
+        if "_loaded" not in self.__dict__:
+            raise AttributeError("model_")  # not fitted
+        return self._loaded.model
+
+    @model_.setter
+    def model_(self, model):
+        self._loaded = self._loaded.with_model(model)
+
+    @property
+    def _config(self):
+        return self._loaded.config
+
+    @property
+    def _has_pooler(self):
+        return self._loaded.has_pooler
 
     def _folder_setting(self, name):
         """``name`` ("pooling" or "norm") in use: the parameter, or what "auto" resolves to."""
@@ -389,7 +419,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         width = self._width(extraction)
         if not texts:
             return np.empty((0, width), dtype=np.float32)
-        model = self._model_on(self._device())
+        model = self._model_on(self._device()) if self.backend == "torch" else None
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
                            self.stride, self.prompt_, self._sentence.include_prompt)
         features = self._window_features(model, windows, extraction)
@@ -405,18 +435,19 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         from tqdm.auto import tqdm
 
         needed = parts_needed(extraction)
-        hidden_size = model.config.hidden_size
+        hidden_size = self._config.hidden_size
         if self.cache is False:
             store, layouts = None, [Layout.of(needed, hidden_size)]
         else:
             store = _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
-            has_pooler = getattr(model, "pooler", None) is not None
-            layouts = [Layout.of(parts_for_cache(self.n_layers_, has_pooler), hidden_size)]
+            layouts = [Layout.of(parts_for_cache(self.n_layers_, self._has_pooler),
+                                 hidden_size)]
             if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
                 layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
         keys = _cache.window_keys(windows, self._fingerprint,
                                   _engines.tag(self.backend, self.dtype, self._calibration))
-        engine = None if self.backend == "torch" else self._engine
+        engine = None if self.backend == "torch" else _engines.Engine(
+            self._loaded, self.backend, self.dtype, self._calibration)
         with tqdm(total=len(set(keys)), desc="BertVectorizer", unit="window",
                   disable=not self.verbose) as progress:
             def compute(indices, out):
@@ -442,11 +473,6 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         if self.backend != "torch" and self.device == "auto":
             return _loading.resolve_device("cpu")
         return _loading.resolve_device(self.device)
-
-    def _engine(self, depth, layers, pooler):
-        """The CPU engine's graph of the encoder cut after ``depth`` (see forward_parts)."""
-        return _engines.graph(self.model_, self.tokenizer_, self._fingerprint, self.backend,
-                              self.dtype, self._calibration, depth, layers, pooler)
 
     def _extraction(self):
         """The extraction setting, with layers checked against the model."""
@@ -484,7 +510,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
 
     def _width(self, extraction):
         """Features out: those of ``extraction``, or ``truncate_dim`` of them (checked)."""
-        width = n_features(extraction, self.model_.config.hidden_size)
+        width = n_features(extraction, self._config.hidden_size)
         if self.truncate_dim is not None and self.truncate_dim > width:
             raise ValueError(f"truncate_dim={self.truncate_dim!r} exceeds the {width} features "
                              "of this setting.")
@@ -502,12 +528,14 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__
-        if "model_" in state:
-            model, tokenizer = state.pop("model_"), state.pop("tokenizer_")
+        if "_loaded" in state:
+            loaded = state.pop("_loaded")
+            tokenizer = state.pop("tokenizer_")
             if self.persist_weights:
-                state["_files"] = _persistence.dump_model(model, tokenizer)
+                state["_files"] = _persistence.dump_model(loaded.model, tokenizer)
             else:  # a reference: where the weights are, which revision, and their fingerprint
-                state["_revision"] = getattr(model.config, "_commit_hash", None) or self.revision
+                state["_revision"] = (getattr(loaded.config, "_commit_hash", None)
+                                      or self.revision)
             # Builtins only, so that skops needs to trust no type beyond BertVectorizer.
             state["_sentence"] = dataclasses.asdict(state["_sentence"])
         return state
@@ -519,18 +547,16 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
             state["_sentence"] = _loading.SentenceConfig(**state["_sentence"])
         super().__setstate__(state)
         if files is not None:
-            self.model_, self.tokenizer_ = _persistence.load_model(files, self._torch_dtype)
+            model, tokenizer = _persistence.load_model(files, self._torch_dtype)
             # Recomputed rather than trusted: cache keys must describe the weights in hand.
-            self._fingerprint = _loading.weights_fingerprint(self.model_)
-            self._tokenizer_fingerprint = _loading.tokenizer_fingerprint(self.tokenizer_)
+            self._use(_loading.LoadedModel.of(model, tokenizer, self._sentence))
         elif "_fingerprint" in state:
             self._load_reference(revision)
 
     def _load_reference(self, revision):
         """Find the weights and tokenizer of a ``persist_weights=False`` pickle again, and
         check both against their fingerprints."""
-        loaded = _loading.load(os.fspath(self.model), revision, self._torch_dtype,
-                               self._device())
+        loaded = self._load(revision, self._device())
         for what, expected, found in [
                 ("weights", self._fingerprint, loaded.fingerprint),
                 ("tokenizer", self._tokenizer_fingerprint, loaded.tokenizer_fingerprint)]:
@@ -541,4 +567,4 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
                     f"{what} fingerprint {expected}, found {found}. Refit it on the current "
                     "model, or pickle with persist_weights=True to carry weights and tokenizer."
                 )
-        self.model_, self.tokenizer_ = loaded.model, loaded.tokenizer
+        self._use(loaded)

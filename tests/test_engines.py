@@ -1,17 +1,21 @@
 """CPU engines (OpenVINO, ONNX Runtime) against the torch backend, on tiny random models."""
 
+import collections
 import json
 import pickle
+import shutil
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
+import torch
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 import skbert
-from skbert import BertVectorizer, _engines
+from skbert import BertVectorizer, _engines, _loading
 from skbert._loading import resolve_device
 from tests.test_architectures import PAIRS, TEXTS, model_dir  # noqa: F401 (a fixture)
 
@@ -187,17 +191,87 @@ def test_a_stored_export_is_loaded_not_converted(tiny_model_dir, texts, monkeypa
         BertVectorizer(tiny_model_dir, backend="openvino").fit_transform(texts), expected)
 
 
-def test_another_process_loads_the_export(tiny_model_dir, texts, export_dir):
+def as_in_a_new_process(monkeypatch):
+    """No model loaded, no graph compiled: what a new process starts with."""
+    monkeypatch.setattr(_loading, "_shared", weakref.WeakValueDictionary())
+    monkeypatch.setattr(_loading, "_recent", collections.deque(maxlen=2))
+    monkeypatch.setattr(_engines, "_graphs", {})
+
+
+def test_another_process_loads_the_export_not_the_torch_model(tiny_model_dir, texts, export_dir,
+                                                               monkeypatch):
+    as_in_a_new_process(monkeypatch)  # so that this fit records the model's fingerprint
     expected = BertVectorizer(tiny_model_dir, backend="onnx").fit_transform(texts)
-    script = ("import json, sys, numpy as np; from skbert import BertVectorizer, _engines\n"
+    script = ("import sys, numpy as np; from skbert import BertVectorizer, _engines\n"
               "_engines._convert = None  # any conversion would fail\n"
-              f"X = BertVectorizer({tiny_model_dir!r}, backend='onnx').fit_transform("
-              f"{texts!r})\nnp.save(sys.argv[1], X)")
+              f"vectorizer = BertVectorizer({tiny_model_dir!r}, backend='onnx')\n"
+              f"np.save(sys.argv[1], vectorizer.fit_transform({texts!r}))\n"
+              "bert = 'transformers.models.bert.modeling_bert'  # BertModel's code\n"
+              "assert bert not in sys.modules\n"
+              "assert type(vectorizer.model_).__name__ == 'BertModel' and bert in sys.modules")
     out = export_dir.parent / "other-process.npy"
     done = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     np.testing.assert_allclose(np.load(out), expected, rtol=0, atol=1e-6)
+
+
+@pytest.fixture
+def only_record(tmp_path, monkeypatch):
+    """The record of the one model fitted in an export directory of the test's own."""
+    monkeypatch.setenv("SKBERT_EXPORT_DIR", str(tmp_path / "exports"))
+
+    def record():
+        (found,) = (tmp_path / "exports" / "models").glob("*.json")
+        return found
+
+    return record
+
+
+def test_a_damaged_record_of_the_model_is_written_again(tiny_model_dir, texts, only_record,
+                                                        monkeypatch):
+    as_in_a_new_process(monkeypatch)
+    expected = BertVectorizer(tiny_model_dir, backend="onnx").fit_transform(texts)
+    record = only_record()
+    facts = json.loads(record.read_text())
+    for damaged in ["{", json.dumps({**facts, "files": "0" * 32}),
+                    json.dumps({**facts, "fingerprint": 3})]:
+        record.write_text(damaged)
+        as_in_a_new_process(monkeypatch)
+        vectorizer = BertVectorizer(tiny_model_dir, backend="onnx").fit()
+        assert vectorizer._loaded._model is not None  # loaded, since the record said nothing
+        np.testing.assert_array_equal(vectorizer.transform(texts), expected)
+        assert json.loads(record.read_text()) == facts
+
+
+def test_a_record_that_names_other_weights_is_found_out(tiny_model_dir, texts, only_record,
+                                                        monkeypatch):
+    as_in_a_new_process(monkeypatch)
+    BertVectorizer(tiny_model_dir, backend="onnx").fit_transform(texts)
+    record = only_record()
+    record.write_text(json.dumps({**json.loads(record.read_text()), "fingerprint": "0" * 32}))
+    as_in_a_new_process(monkeypatch)
+    vectorizer = BertVectorizer(tiny_model_dir, backend="onnx").fit()  # no export for "0" * 32
+    with pytest.raises(ValueError, match=r"The weights of '.*' changed since they were "
+                                         r"fingerprinted 0{32}: found [0-9a-f]{32}\. Fit again"):
+        vectorizer.transform(texts)
+
+
+def test_weights_saved_over_the_folder_are_not_taken_for_the_recorded_ones(
+        tiny_model_dir, texts, tmp_path, monkeypatch):
+    folder = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    as_in_a_new_process(monkeypatch)
+    before = BertVectorizer(str(folder), backend="onnx").fit()
+    model, _ = _loading.from_pretrained(str(folder), None, "float32")
+    with torch.no_grad():
+        model.encoder.layer[0].output.dense.weight.mul_(2.0)
+    model.save_pretrained(folder)
+    as_in_a_new_process(monkeypatch)
+    after = BertVectorizer(str(folder), backend="onnx").fit()
+    torch_after = BertVectorizer(str(folder)).fit()
+    assert after._fingerprint == torch_after._fingerprint != before._fingerprint
+    np.testing.assert_allclose(after.transform(texts), torch_after.transform(texts), rtol=0,
+                               atol=1e-5)
 
 
 def test_a_damaged_export_is_rebuilt(tiny_model_dir, texts, tmp_path, monkeypatch):
