@@ -9,6 +9,7 @@ renders the scripts in ``examples/`` without executing them, and nothing is
 fetched from the network (no intersphinx, no remote images).
 """
 
+import logging
 import sys
 from pathlib import Path
 
@@ -140,6 +141,11 @@ def _skip_metadata_requests(app, what, name, obj, skip, options):
 
 
 def setup(app):
+    # myst-parser logs its whole configuration (about 900 characters) at INFO level on every
+    # build, and sphinx-gallery how it would convert notebooks it does not run; their warnings
+    # and errors still show.
+    for name in ("sphinx.myst_parser.sphinx_ext.main", "sphinx.sphinx-gallery"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     app.connect("builder-inited", _gallery_thumbnails, priority=900)
     app.connect("autodoc-process-docstring", _version_docstring)
     app.connect("autodoc-skip-member", _skip_metadata_requests)

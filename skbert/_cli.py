@@ -11,8 +11,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from skbert._cli_files import (
     CommandError,
     NpyWriter,
@@ -25,11 +23,14 @@ from skbert._cli_files import (
     verified_rows,
     write_row_index,
 )
+from skbert._loading import LoadError
+from skbert._progress import is_terminal, progress_bar
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
 # Texts per chunk of skbert embed: dozens of batches, so length sorting still pays, and a
 # working set that does not depend on the input's size.
 CHUNK_SIZE = 1024
+DEFAULT_MODEL = "bert-base-uncased"
 MISSING = ("error", "empty", "skip")
 
 
@@ -59,9 +60,9 @@ def positive_int(value):
 def _vectorizer(args, **overrides):
     from skbert import BertVectorizer
 
-    params = dict(model=args.model, max_length=args.max_length, truncation=args.truncation,
-                  batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-                  backend=args.backend, verbose=True)
+    params = dict(model=args.model or DEFAULT_MODEL, max_length=args.max_length,
+                  truncation=args.truncation, batch_size=args.batch_size, device=args.device,
+                  dtype=args.dtype, backend=args.backend)
     params.update(overrides)
     return BertVectorizer(**params)
 
@@ -92,7 +93,7 @@ def embed(args):
         norm = None if args.norm == "none" else args.norm
         vectorizer = _vectorizer(args, layer=args.layer, pooling=args.pooling, norm=norm,
                                  prompt=args.prompt, truncate_dim=args.truncate_dim,
-                                 cache=False, verbose=False).fit()
+                                 cache=False).fit()
         names = vectorizer.get_feature_names_out()
         progress = Progress(output, {"input": str(source), "texts": n_texts,
                                      "digest": texts_digest}, _settings(args, vectorizer))
@@ -109,8 +110,8 @@ def embed(args):
             done = 0
         progress.save()
         texts = (text for _, text in itertools.islice(iter_texts(*reading), done, None))
-        with tqdm(total=n_texts, initial=done, desc="skbert embed", unit="text",
-                  file=sys.stderr) as bar:
+        with progress_bar(is_terminal(sys.stderr), total=n_texts, initial=done,
+                          desc="skbert embed", unit="text") as bar:
             try:
                 while chunk := list(itertools.islice(texts, args.chunk_size)):
                     features = vectorizer.transform(chunk)
@@ -165,7 +166,8 @@ def _scan(records):
 
 def _settings(args, vectorizer):
     """The options that decide the features, by name: a resumed run must have the same."""
-    model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model
+    model = args.model or DEFAULT_MODEL
+    model = os.path.abspath(model) if os.path.isdir(model) else model
     settings = {"--model": model, "--layer": args.layer, "--pooling": args.pooling,
                 "--norm": args.norm, "--prompt": vectorizer.prompt_,
                 "--truncate-dim": args.truncate_dim, "--max-length": args.max_length,
@@ -191,8 +193,8 @@ def probe(args):
         raise CommandError(f"probe reads labelled .csv, .tsv or .jsonl files, got {args.data!r}")
     texts, labels = read_examples(args.data, args.text_column, args.label_column, args.missing)
     # One progress bar, over the report's cells: none for each cell's transform.
-    report = layer_report(_vectorizer(args, verbose=False), texts, labels, layers=args.layers,
-                          poolings=args.poolings, cv=args.cv, verbose=True)
+    report = layer_report(_vectorizer(args), texts, labels, layers=args.layers,
+                          poolings=args.poolings, cv=args.cv, verbose=is_terminal(sys.stderr))
     out = Path(args.out)
     table = out.with_suffix(".csv")
     report.round(4).to_csv(table)
@@ -209,8 +211,8 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True)
 
     def model_options(sub):
-        sub.add_argument("--model", default="bert-base-uncased",
-                         help="hub id or local model directory (default: %(default)s)")
+        sub.add_argument("--model", default=None,
+                         help=f"hub id or local model directory (default: {DEFAULT_MODEL})")
         sub.add_argument("--max-length", type=int, default=None,
                          help="tokens per window, special tokens included (default: model limit)")
         sub.add_argument("--truncation", default="head",
@@ -303,6 +305,11 @@ def main(argv=None):
     try:
         args.run(args)
     except (CommandError, FileNotFoundError, ValueError, OSError, ImportError) as exc:
+        if isinstance(exc, LoadError) and args.model is None:
+            exc = (f"no --model given, and the default {DEFAULT_MODEL!r} could not be loaded "
+                   "(it is not in the local Hugging Face cache, and the hub cannot be reached "
+                   f"or does not have it): pass --model with a model directory or a hub id. "
+                   f"[{exc}]")
         print(f"skbert {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -323,7 +323,9 @@ default="cls"
     revision : str or None, default=None
         Hub revision (branch, tag or commit) to pin.
     verbose : bool or int, default=False
-        Show a progress bar per epoch with the running training loss.
+        Show a progress bar per epoch with the running training loss. On a
+        terminal it updates live; written to a file or a log, every 30 s at
+        most.
 
     Attributes
     ----------
@@ -564,7 +566,8 @@ default="cls"
     revision : str or None, default=None
         Hub revision to pin.
     verbose : bool or int, default=False
-        Show a progress bar per epoch with the running training loss.
+        Show a progress bar per epoch with the running training loss; in a
+        log, every 30 s at most.
 
     Attributes
     ----------

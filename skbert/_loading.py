@@ -23,6 +23,10 @@ from pathlib import Path
 DTYPES = ("float32", "float16", "bfloat16")
 
 
+class LoadError(OSError):
+    """A model or tokenizer that is missing, unreachable or corrupt."""
+
+
 @dataclass(eq=False)
 class LoadedModel:
     """A tokenizer and a model's config, fingerprints of weights and tokenizer, what its
@@ -240,7 +244,7 @@ def _pretrained(kind, source, revision, **kwargs):
     except (OSError, ValueError, SafetensorError) as exc:  # missing, offline, corrupt
         where = (f"model directory {source!r}" if os.path.isdir(source)
                  else f"model {source!r} (revision={revision!r})")
-        raise OSError(f"Could not load the {where}: {exc}") from exc
+        raise LoadError(f"Could not load the {where}: {exc}") from exc
 
 
 def _load_model(source, revision, dtype):

@@ -299,14 +299,14 @@ def train(network, batch_loss, step, rows, *, lengths, batch_size, max_epochs, r
     loss_curve : list of float
         Mean training loss of each epoch run.
     """
-    from tqdm.auto import tqdm
+    from skbert._progress import progress_bar
 
     loss_curve = []
     for epoch in range(max_epochs):
         network.train()
         batches = shuffled_batches(rows, lengths, batch_size, rng)
-        with tqdm(total=len(batches), desc=f"epoch {epoch + 1}/{max_epochs}", unit="batch",
-                  disable=not verbose) as progress:
+        with progress_bar(verbose, total=len(batches), desc=f"epoch {epoch + 1}/{max_epochs}",
+                          unit="batch") as progress:
             loss_curve.append(run_epoch(network.head, batches, batch_loss, step, progress))
             if early_stopping is None:
                 continue

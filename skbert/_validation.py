@@ -7,10 +7,14 @@ import numpy as np
 
 
 def _items(X):
-    """``X`` as a list, with pandas objects and arrays taken apart row by row; and the pandas
-    index (None for other input), for error messages."""
+    """``X`` as a list, with pandas and polars objects and arrays taken apart row by row; and
+    the pandas index (None for other input), for error messages."""
     labels = X.index if hasattr(X, "iloc") else None
-    if hasattr(X, "iloc") and getattr(X, "ndim", 1) == 2:  # DataFrame
+    if type(X).__module__.partition(".")[0] == "polars":  # known by name: never imported here
+        # A DataFrame as a 2-D array of its columns (checked below); a Series as its values.
+        X = np.array(X.rows(), dtype=object).reshape(X.shape) if hasattr(X, "rows") \
+            else X.to_list()
+    elif hasattr(X, "iloc") and getattr(X, "ndim", 1) == 2:  # DataFrame
         X = X.to_numpy(dtype=object)
     elif hasattr(X, "to_numpy"):  # Series
         X = X.to_numpy(dtype=object)
@@ -47,10 +51,11 @@ def check_texts(X):
     Parameters
     ----------
     X : iterable of str, or of (str, str) pairs
-        A list, tuple, 1-D array, pandas Series or any other iterable of str
-        (a generator, a file's lines: read once); or text pairs as a sequence
-        of 2-tuples, an (n, 2) array or a two-column DataFrame. Sets (no
-        order) and mappings (their keys are not texts) are refused.
+        A list, tuple, 1-D array, pandas or polars Series (or one-column
+        DataFrame) or any other iterable of str (a generator, a file's lines:
+        read once); or text pairs as a sequence of 2-tuples, an (n, 2) array
+        or a two-column pandas or polars DataFrame. Sets (no order) and
+        mappings (their keys are not texts) are refused.
 
     Returns
     -------

@@ -22,6 +22,7 @@ from skbert._features import (
     parts_for_cache,
     parts_needed,
 )
+from skbert._progress import progress_bar
 from skbert._validation import check_texts, is_one_pass
 
 
@@ -169,7 +170,8 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     revision : str or None, default=None
         Hub revision (branch, tag or commit) to pin.
     verbose : bool or int, default=False
-        Show a progress bar while transforming.
+        Show a progress bar while transforming. On a terminal it updates live;
+        written to a file or a log, every 30 s at most.
 
     Attributes
     ----------
@@ -432,8 +434,6 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
 
     def _window_features(self, model, windows, extraction):
         """Features of every window: from the cache, or from forward passes of the misses only."""
-        from tqdm.auto import tqdm
-
         needed = parts_needed(extraction)
         hidden_size = self._config.hidden_size
         if self.cache is False:
@@ -448,8 +448,8 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
                                   _engines.tag(self.backend, self.dtype, self._calibration))
         engine = None if self.backend == "torch" else _engines.Engine(
             self._loaded, self.backend, self.dtype, self._calibration)
-        with tqdm(total=len(set(keys)), desc="BertVectorizer", unit="window",
-                  disable=not self.verbose) as progress:
+        with progress_bar(self.verbose, total=len(set(keys)), desc="BertVectorizer",
+                          unit="window") as progress:
             def compute(indices, out):
                 forward_parts(model, self.tokenizer_, windows.subset(indices), layouts,
                               self.batch_size, progress, out, engine)

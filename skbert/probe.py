@@ -13,6 +13,8 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
+from skbert import _threads
+
 __all__ = ["layer_report", "plot_layer_report"]
 
 
@@ -47,7 +49,8 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "ma
     cv, scoring, n_jobs
         As in :func:`sklearn.model_selection.cross_val_score`.
     verbose : bool, default=False
-        Show a progress bar over the cells.
+        Show a progress bar over the cells. On a terminal it updates live;
+        written to a file or a log, every 30 s at most.
 
     Returns
     -------
@@ -69,8 +72,8 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "ma
     (2, 2)
     """
     import pandas as pd
-    from tqdm.auto import tqdm
 
+    from skbert._progress import progress_bar
     from skbert._validation import check_texts
 
     texts = check_texts(X)
@@ -86,9 +89,10 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "ma
     cells = [(row, layer, pooling) for row, layer in zip(row_names, layer_list)
              for pooling in poolings]
     _warn_small_classes(estimator, y, cv)
-    for row, layer, pooling in tqdm(cells, desc="layer_report", disable=not verbose):
+    for row, layer, pooling in progress_bar(verbose, iterable=cells, desc="layer_report"):
         features = base.set_params(layer=layer, pooling=pooling).fit().transform(texts)
-        with warnings.catch_warnings():  # said once above, not once per cell
+        # Said once above, not once per cell; one BLAS thread: small fits lose to BLAS threading.
+        with warnings.catch_warnings(), _threads.one_blas_thread():
             warnings.filterwarnings("ignore", "The least populated class in y", UserWarning)
             scores = cross_val_score(clone(estimator), features, y, cv=cv, scoring=scoring,
                                      n_jobs=n_jobs)

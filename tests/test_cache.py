@@ -118,6 +118,7 @@ def test_reused_across_clones_and_calls(counted, texts):
     assert len(_cache.MEMORY) == len(texts)
 
 
+@pytest.mark.filterwarnings("ignore:This CPU has no native")  # bfloat16, emulated here
 def test_keys_change_with_weights_max_length_and_dtype(tiny_model_dir):
     import torch
 

@@ -14,6 +14,7 @@ from sklearn.pipeline import Pipeline
 from skbert import BertVectorizer
 from skbert.datasets import load_stsb, load_trec
 from tests.reference import reference_features
+from tests.test_datasets import SHARED_DATA, SHARED_MISSING
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +98,6 @@ def test_joblib_round_trip_in_a_new_process_without_the_model_files(minilm_dir, 
 
 
 def test_scifact_search_matches_sentence_transformers(minilm_dir):
-    from pathlib import Path
 
     from sentence_transformers import SentenceTransformer
     from sklearn.neighbors import NearestNeighbors
@@ -106,9 +106,9 @@ def test_scifact_search_matches_sentence_transformers(minilm_dir):
     from skbert.datasets import load_beir
     from skbert.metrics import evaluate_retrieval, ndcg_at_k
 
-    directory = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+    directory = SHARED_DATA / "scifact"
     if not directory.is_dir():
-        pytest.skip(f"SciFact not found at {directory}")
+        pytest.skip(SHARED_MISSING)
     data = load_beir(directory)
     # A 1,000-document sub-corpus: every relevant document plus the first others.
     relevant = {doc for judged in data.qrels.values() for doc in judged}

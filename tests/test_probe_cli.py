@@ -297,7 +297,10 @@ def test_a_class_smaller_than_the_folds_is_said_once(tiny_model_dir, labels):
     assert [str(warning.message)[:len(expected)] for warning in caught] == [expected]
 
 
-def test_probe_is_quiet_and_its_table_rounded(tiny_model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("terminal", [False, True])
+def test_probe_is_quiet_and_its_table_rounded(tiny_model_dir, tmp_path, capsys, monkeypatch,
+                                              terminal):
+    monkeypatch.setattr(_cli, "is_terminal", lambda stream: terminal)
     texts = X + ["good great film", "awful bad movie"]
     labels = Y + ["mixed", "mixed"]  # a class smaller than the folds
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "data.csv", index=False)
@@ -310,7 +313,7 @@ def test_probe_is_quiet_and_its_table_rounded(tiny_model_dir, tmp_path, capsys):
     assert re.match(r"1 class\(es\) of y have fewer members than cv=3 folds \(least "
                     r"populated: 'mixed' with 2\)", messages[0])
     bars = capsys.readouterr().err
-    assert "layer_report" in bars and "BertVectorizer" not in bars
+    assert ("layer_report" in bars) == terminal and "BertVectorizer" not in bars  # a log: none
     cells = (tmp_path / "report.csv").read_text().splitlines()[1].split(",")[1:]
     assert cells and all(len(cell.partition(".")[2]) <= 4 for cell in cells), cells
 
