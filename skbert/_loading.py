@@ -302,6 +302,21 @@ def load(source, revision, dtype, device, records=None):
         return loaded
 
 
+def check_reference(loaded, fingerprint, tokenizer_fingerprint, source, revision, owner):
+    """Refuse a model found again for a ``persist_weights=False`` pickle of ``owner`` whose
+    weights or tokenizer are no longer those it was pickled with."""
+    for what, expected, found in [("weights", fingerprint, loaded.fingerprint),
+                                  ("tokenizer", tokenizer_fingerprint,
+                                   loaded.tokenizer_fingerprint)]:
+        if found != expected:
+            raise ValueError(
+                f"The {what} of {source!r} (revision={revision!r}) changed since this {owner} "
+                f"was pickled with persist_weights=False: expected {what} fingerprint "
+                f"{expected}, found {found}. Refit it on the current model, or pickle with "
+                "persist_weights=True to carry weights and tokenizer."
+            )
+
+
 def files_digest(source, revision, dtype):
     """A digest of what loading ``source`` in ``dtype`` reads into the model: config.json and
     the weight files (the safetensors ones where there are any, as transformers prefers

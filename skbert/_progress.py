@@ -15,8 +15,9 @@ def progress_bar(verbose, **kwargs):
     """
     from tqdm.auto import tqdm
 
-    live = "notebook" in tqdm.__module__ or is_terminal(sys.stderr)
-    kwargs.setdefault("mininterval", 0.1 if live else LOG_INTERVAL)
+    if not ("notebook" in tqdm.__module__ or is_terminal(sys.stderr)):
+        # maxinterval too: tqdm's monitor thread otherwise redraws a stalled bar every 10 s.
+        kwargs = {"mininterval": LOG_INTERVAL, "maxinterval": LOG_INTERVAL, **kwargs}
     return tqdm(file=sys.stderr, disable=not verbose, **kwargs)
 
 

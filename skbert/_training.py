@@ -76,12 +76,22 @@ def linear_head(config, n_inputs, n_outputs, device):
     import torch
 
     head = torch.nn.Sequential(
-        torch.nn.Dropout(config.hidden_dropout_prob),
+        torch.nn.Dropout(_head_dropout(config)),
         torch.nn.Linear(n_inputs, n_outputs),
     ).to(device)
     torch.nn.init.normal_(head[1].weight, std=config.initializer_range)
     torch.nn.init.zeros_(head[1].bias)
     return head
+
+
+def _head_dropout(config):
+    """The dropout the model's own classification head would use: BERT's hidden dropout,
+    DistilBERT's ``seq_classif_dropout``, ModernBERT's ``classifier_dropout``; else 0.1."""
+    for name in ("hidden_dropout_prob", "seq_classif_dropout", "classifier_dropout"):
+        value = getattr(config, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return 0.1
 
 
 def pooled(encoder, inputs, extraction):

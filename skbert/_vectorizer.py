@@ -557,14 +557,6 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         """Find the weights and tokenizer of a ``persist_weights=False`` pickle again, and
         check both against their fingerprints."""
         loaded = self._load(revision, self._device())
-        for what, expected, found in [
-                ("weights", self._fingerprint, loaded.fingerprint),
-                ("tokenizer", self._tokenizer_fingerprint, loaded.tokenizer_fingerprint)]:
-            if found != expected:
-                raise ValueError(
-                    f"The {what} of {os.fspath(self.model)!r} (revision={revision!r}) changed "
-                    f"since this BertVectorizer was pickled with persist_weights=False: expected "
-                    f"{what} fingerprint {expected}, found {found}. Refit it on the current "
-                    "model, or pickle with persist_weights=True to carry weights and tokenizer."
-                )
+        _loading.check_reference(loaded, self._fingerprint, self._tokenizer_fingerprint,
+                                 os.fspath(self.model), revision, "BertVectorizer")
         self._use(loaded)

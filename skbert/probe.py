@@ -1,9 +1,11 @@
-"""Which layer and pooling carry the information? A cross-validated layer x pooling report.
+"""Which layer and pooling carry the information, and when does fine-tuning pay off?
 
 :func:`layer_report` scores an estimator on BERT features for every layer x
 pooling cell, and :func:`plot_layer_report` draws the table as an annotated
 heatmap. The encoder runs once per text for the whole report (the forward-pass
-cache of :class:`skbert.BertVectorizer`).
+cache of :class:`skbert.BertVectorizer`). :func:`learning_curve` scores frozen
+features, LoRA and full fine-tuning on held-out texts as the labelled training
+set grows, and :func:`plot_learning_curve` draws the curves.
 """
 
 import warnings
@@ -15,7 +17,9 @@ from sklearn.model_selection import cross_val_score
 
 from skbert import _threads
 
-__all__ = ["layer_report", "plot_layer_report"]
+__all__ = ["layer_report", "plot_layer_report", "learning_curve", "plot_learning_curve"]
+
+SIZES = (32, 64, 128, 256, 512, 1024, None)
 
 
 def _default_estimator():
@@ -118,6 +122,15 @@ def _warn_small_classes(estimator, y, cv):
                       "unbalanced and the scores noisier.", UserWarning, stacklevel=3)
 
 
+def _pyplot(function):
+    """matplotlib.pyplot, or an ImportError that says ``function`` needs it."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(f"{function} needs matplotlib: pip install 'skbert[plot]'.") from exc
+    return plt
+
+
 def plot_layer_report(report, ax=None, *, cmap="viridis"):
     """Draw a :func:`layer_report` table as an annotated heatmap, best cell outlined.
 
@@ -133,13 +146,9 @@ def plot_layer_report(report, ax=None, *, cmap="viridis"):
     -------
     ax : matplotlib Axes
     """
-    try:
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Rectangle
-    except ImportError as exc:
-        raise ImportError(
-            "plot_layer_report needs matplotlib: pip install 'skbert[plot]'."
-        ) from exc
+    plt = _pyplot("plot_layer_report")
+    from matplotlib.patches import Rectangle
+
     values = report.to_numpy(dtype=float)
     if ax is None:
         _, ax = plt.subplots(figsize=(1.4 * values.shape[1] + 2.5, 0.45 * values.shape[0] + 1.8))
@@ -159,4 +168,141 @@ def plot_layer_report(report, ax=None, *, cmap="viridis"):
                            edgecolor="red", linewidth=2.5))
     ax.set_title(f"best: layer {report.index[best_row]}, {report.columns[best_column]} "
                  f"({values[best_row, best_column]:.3f})")
+    return ax
+
+
+def _epochs(n_labels, batch_size=16):
+    """Epochs for ``n_labels`` training texts: about 150 optimization steps or more, 3 to 40
+    epochs (few labels need many passes, many labels few)."""
+    return int(min(40, max(3, -(-150 * batch_size // n_labels))))
+
+
+def _strategies(model, n_labels, random_state):
+    """:func:`learning_curve`'s default estimators for ``n_labels`` training texts."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from skbert import BertClassifier, BertVectorizer
+
+    epochs = _epochs(n_labels)
+    return {
+        "frozen + logistic regression": make_pipeline(
+            BertVectorizer(model, pooling="mean"), StandardScaler(),
+            LogisticRegression(max_iter=2000)),
+        "LoRA": BertClassifier(model, freeze="lora", pooling="mean", max_epochs=epochs,
+                               random_state=random_state),
+        "full fine-tuning": BertClassifier(model, max_epochs=epochs, random_state=random_state),
+    }
+
+
+def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None, scoring=None,
+                   random_state=0, verbose=False):
+    """Held-out scores of frozen features, LoRA and full fine-tuning as labels grow.
+
+    For each training size n, a stratified sample of n labelled texts of
+    ``(X, y)`` trains every estimator, which is then scored on ``(X_test,
+    y_test)``. Where the curves cross is where fine-tuning starts to pay off on
+    this data.
+
+    Parameters
+    ----------
+    model : str or path-like
+        The encoder of the default estimators (see ``estimators``).
+    X, y : iterable of str, array-like of labels
+        The labelled texts the training sets are drawn from.
+    X_test, y_test : iterable of str, array-like of labels
+        Held-out texts and labels that score every fit.
+    sizes : sequence of int or None, default=(32, 64, 128, 256, 512, 1024, None)
+        Training-set sizes; None (or a size of at least ``len(X)``) is every
+        text of ``X``.
+    estimators : dict of str to estimator, or None, default=None
+        What to compare, by name, cloned for every fit and used as they are.
+        None compares three strategies on ``model``: "frozen + logistic
+        regression" (mean-pooled last-layer :class:`skbert.BertVectorizer`
+        features, cached, so encoded once for the whole curve; standardized;
+        ``LogisticRegression``), "LoRA" (:class:`skbert.BertClassifier` with
+        ``freeze="lora"``, mean pooling, its learning rate 2e-3) and "full
+        fine-tuning" (``BertClassifier``, 5e-5). The fine-tuning
+        ones run about 150 optimization steps of 16 texts or more: 40 epochs
+        for 32 labels, 3 from 800 labels on.
+    scoring : str, callable or None, default=None
+        A scikit-learn scorer; None uses each estimator's ``score``
+        (accuracy for classifiers).
+    random_state : int, default=0
+        Seeds the sampling of the training sets and the default estimators.
+    verbose : bool, default=False
+        Show a progress bar over the fits (every 30 s at most in a log).
+
+    Returns
+    -------
+    curve : pandas.DataFrame
+        One row per size (index "n_labels"), one column per estimator, held-out
+        scores. ``curve.attrs["fit_seconds"]`` holds each fit's seconds in the
+        same shape, ``curve.attrs["scoring"]`` the scoring.
+
+    See Also
+    --------
+    plot_learning_curve : draws the curves.
+    """
+    import time
+
+    import pandas as pd
+    from sklearn.metrics import get_scorer
+    from sklearn.model_selection import train_test_split
+
+    from skbert._progress import progress_bar
+    from skbert._validation import check_texts
+
+    texts, test_texts = check_texts(X), check_texts(X_test)
+    y, y_test = np.asarray(y, dtype=object), np.asarray(y_test, dtype=object)
+    counts = sorted({len(texts) if n is None or n >= len(texts) else int(n) for n in sizes})
+    names = list(estimators or _strategies(model, counts[0], random_state))
+    scores = pd.DataFrame(np.nan, index=pd.Index(counts, name="n_labels"), columns=names)
+    seconds = scores.copy()
+    cells = [(n, name) for n in counts for name in names]
+    for n, name in progress_bar(verbose, iterable=cells, desc="learning_curve"):
+        if n < len(texts):
+            train, _, y_train, _ = train_test_split(texts, y, train_size=n, stratify=y,
+                                                    random_state=random_state)
+        else:
+            train, y_train = texts, y
+        estimator = clone(estimators[name]) if estimators else \
+            _strategies(model, n, random_state)[name]
+        start = time.perf_counter()
+        with _threads.one_blas_thread():  # the logistic regression's small fits
+            estimator.fit(train, y_train)
+        seconds.loc[n, name] = time.perf_counter() - start
+        scorer = estimator.score if scoring is None else \
+            lambda X, y, estimator=estimator: get_scorer(scoring)(estimator, X, y)
+        scores.loc[n, name] = scorer(test_texts, y_test)
+    scores.attrs.update(fit_seconds=seconds, scoring=scoring)
+    return scores
+
+
+def plot_learning_curve(curve, ax=None):
+    """Draw a :func:`learning_curve` table: one line per estimator, labels on a log scale.
+
+    Parameters
+    ----------
+    curve : pandas.DataFrame
+        As returned by :func:`learning_curve`.
+    ax : matplotlib Axes or None, default=None
+        Where to draw; None creates a figure.
+
+    Returns
+    -------
+    ax : matplotlib Axes
+    """
+    plt = _pyplot("plot_learning_curve")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name in curve.columns:
+        ax.plot(curve.index, curve[name], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(curve.index), [str(n) for n in curve.index])
+    ax.set_xlabel("labelled training texts")
+    ax.set_ylabel(f"held-out {curve.attrs.get('scoring') or 'score'}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
     return ax

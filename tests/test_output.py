@@ -22,6 +22,7 @@ def test_a_bar_updates_live_on_a_terminal_and_seldom_in_a_log(monkeypatch, strea
     monkeypatch.setattr(sys, "stderr", stream)
     with _progress.progress_bar(True, total=3, desc="work") as bar:
         assert bar.mininterval == interval
+        assert bar.maxinterval == max(interval, 10)  # tqdm's 10 s on a terminal
         bar.update(3)
     written = stream.getvalue()
     assert "work: 100%" in written
