@@ -248,7 +248,7 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None,
     import time
 
     import pandas as pd
-    from sklearn.metrics import get_scorer
+    from sklearn.metrics import check_scoring
     from sklearn.model_selection import train_test_split
 
     from skbert._progress import progress_bar
@@ -273,9 +273,7 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None,
         with _threads.one_blas_thread():  # the logistic regression's small fits
             estimator.fit(train, y_train)
         seconds.loc[n, name] = time.perf_counter() - start
-        scorer = estimator.score if scoring is None else \
-            lambda X, y, estimator=estimator: get_scorer(scoring)(estimator, X, y)
-        scores.loc[n, name] = scorer(test_texts, y_test)
+        scores.loc[n, name] = check_scoring(estimator, scoring)(estimator, test_texts, y_test)
     scores.attrs.update(fit_seconds=seconds, scoring=scoring)
     return scores
 
