@@ -1,4 +1,4 @@
-"""skbert's CPU backends (OpenVINO, ONNX Runtime; fp32, bf16, int8) vs sentence-transformers.
+"""skbert's CPU backends (OpenVINO fp32, bf16, int8; ONNX Runtime fp32) vs sentence-transformers.
 
 The offline all-MiniLM-L6-v2 encodes, with mean pooling + L2 and batch size
 32 on the CPU, two text sets: *sentences*, the distinct sentences of STS-B
@@ -9,9 +9,8 @@ the whole set (oneDNN and OpenVINO build kernels per shape), the median of
 ``SentenceTransformer.encode`` in torch float32 (the baseline):
 
 - skbert ``cache=False`` on torch fp32, OpenVINO fp32, ONNX Runtime fp32,
-  OpenVINO bf16 (only where the CPU has native bf16: AVX512-BF16 or AMX),
-  OpenVINO int8 (static, the bundled calibration set) and ONNX Runtime int8
-  (dynamic);
+  OpenVINO bf16 (only where the CPU has native bf16: AVX512-BF16 or AMX) and
+  OpenVINO int8 (static, the bundled calibration set);
 - skbert OpenVINO int8 with the default cache, cold (``skbert.clear_cache()``
   before each run), against the same backend with ``cache=False``.
 
@@ -20,8 +19,8 @@ features to skbert torch fp32 (fp32 backends: exactness) and the STS-B test
 Spearman of the cosine of each pair against the gold score. Also measured:
 
 - TREC frozen-feature accuracy (StandardScaler + LogisticRegression on the
-  5,452 training questions, scored on the 500 test questions) for torch fp32,
-  OpenVINO int8 and ONNX Runtime int8;
+  5,452 training questions, scored on the 500 test questions) for torch fp32
+  and OpenVINO int8;
 - first use of OpenVINO fp32 and int8 (fit + first transform of 32 texts in a
   fresh process with an empty ``SKBERT_EXPORT_DIR``: conversion, quantization,
   compilation) and reuse (the same in a second process that loads the export);
@@ -37,6 +36,8 @@ Spearman of the cosine of each pair against the gold score. Also measured:
   way by ``_peers.py`` in an environment of their own
   (``benchmarks/.peer-env``, built on first use: their extras need
   transformers < 4.58), against that process's own torch fp32 baseline.
+  onnx-qint8 has no skbert counterpart: skbert refuses ``backend="onnx",
+  dtype="int8"`` (see ``onnx_int8_modes.py``).
 
 Ends with a markdown table for benchmarks/README.md and the targets, met or
 not.
@@ -88,10 +89,8 @@ RUNNERS = {  # name -> BertVectorizer parameters beyond the common ones
     "skbert onnx fp32": {"backend": "onnx"},
     "skbert openvino bf16": {"backend": "openvino", "dtype": "bfloat16"},
     "skbert openvino int8": {"backend": "openvino", "dtype": "int8"},
-    "skbert onnx int8": {"backend": "onnx", "dtype": "int8"},
 }
 PAIRS = [("skbert onnx fp32", "sentence-transformers onnx"),  # an engine and its peer
-         ("skbert onnx int8", "sentence-transformers onnx-qint8"),
          ("skbert openvino fp32", "sentence-transformers openvino"),
          ("skbert openvino bf16", "sentence-transformers openvino"),
          ("skbert openvino int8", "sentence-transformers openvino-qint8")]
@@ -280,7 +279,7 @@ def trec_accuracy(runners, limit):
 
 
 def scifact_ndcg(limit):
-    """SciFact test nDCG@10 (256 tokens) of torch fp32 and both int8 backends."""
+    """SciFact test nDCG@10 (256 tokens) of torch fp32 and OpenVINO int8."""
     scifact = load_beir(DATA / "scifact", split="test")
     doc_ids, texts = scifact.doc_ids, scifact.documents
     if limit:  # the judged documents first, as examples/semantic_search.py --max-docs
@@ -288,7 +287,7 @@ def scifact_ndcg(limit):
         keep = sorted(sorted(range(len(doc_ids)), key=lambda i: doc_ids[i] not in relevant)[:limit])
         doc_ids, texts = [doc_ids[i] for i in keep], [texts[i] for i in keep]
     ndcg = {}
-    for name in (REFERENCE, "skbert openvino int8", "skbert onnx int8"):
+    for name in (REFERENCE, "skbert openvino int8"):
         search = SimilaritySearch(vectorizer(max_length=256, **RUNNERS[name])).fit(texts)
         ndcg[name] = evaluate_retrieval(search, scifact.queries, scifact.qrels, doc_ids,
                                         k_values=(10,))["ndcg@10"]
@@ -505,7 +504,7 @@ def main():
         skbert.clear_cache()
         rho = stsb_spearman(corpora["sentences"], features["sentences"], pairs, scores)
         accuracy = trec_accuracy({name: models[name] for name in
-                                  (REFERENCE, "skbert openvino int8", "skbert onnx int8")},
+                                  (REFERENCE, "skbert openvino int8")},
                                  args.limit)
         ndcg = scifact_ndcg(args.limit) if args.scifact else None
         memory = None

@@ -59,7 +59,7 @@ FINAL = textwrap.dedent("""
     model.fit(X, y)
     seconds = time.perf_counter() - start
     growth = (status("VmHWM:") - before) / 1024
-    trainable = (sum(a.size + b.size for a, b, _ in model._lora_factors.values())
+    trainable = (sum(a.size + b.size for a, b, _ in model._fitted.lora_factors.values())
                  if freeze == "lora" else 0) + model.coef_.size + model.intercept_.size
     if freeze is None:
         trainable = sum(p.numel() for p in model.model_.parameters()) + model.coef_.size \\

@@ -35,9 +35,9 @@ thrashing. A budget of 0 turns the store off, silently.
 
 On disk, each entry is one file ``<key[:2]>/<key>.f32``: a CRC-32 of the key
 and the values, then the raw float32 values. It is written atomically
-(temporary file + rename), so concurrent writers are safe, with the mode that
-the process's umask leaves of 0o666 (folders: of 0o777), so that a team or a
-cluster's workers can share the directory. A file that cannot be read
+(temporary file + rename: :mod:`skbert._files`), so concurrent writers are
+safe, with the mode that the process's umask leaves of 0o666 (folders: of
+0o777), so that a team or a cluster's workers can share the directory. A file that cannot be read
 (missing, a directory in its place, no permission), has the wrong length or
 fails its checksum (damaged, or another key's) is recomputed and rewritten,
 never served. A write that fails (a full disk, a read-only mount,
@@ -54,7 +54,6 @@ import hashlib
 import numbers
 import os
 import re
-import secrets
 import threading
 import time
 import warnings
@@ -65,6 +64,7 @@ from pathlib import Path
 import numpy as np
 
 from skbert._features import EXCLUDED
+from skbert._files import TEMPORARY, atomic_file
 
 # The format joins every key, so entries of another format are misses, never misread.
 FORMAT = b"skbert-cache-v3"
@@ -77,7 +77,6 @@ _ENTRY_OVERHEAD = 400
 # since fresh memory costs page faults (up to 2 ms per MB on a virtual machine).
 CHUNK_BYTES = 8 * 1024**2
 DEFAULT_BYTES = 2 * 1024**3
-_TEMPORARY = ".tmp-"
 # A temporary file this old belongs to a killed writer: a write takes milliseconds.
 STALE_SECONDS = 3600
 _UNITS = {"": 1, "b": 1, **{f"{prefix}b": 1000**power for power, prefix in enumerate("kmgt", 1)},
@@ -114,13 +113,18 @@ def _budget_from_environment():
     return parse_bytes(text) if text.strip() else DEFAULT_BYTES
 
 
-def window_keys(windows, model_fingerprint, dtype):
-    """One hex key per window: (format, weights, dtype, token ids, token type ids).
+def window_keys(windows, model_fingerprint, engine_tag):
+    """One hex key per window: (format, model, engine, token ids, token type ids).
+
+    ``model_fingerprint`` names weights and config, ``engine_tag`` what computes
+    with them (:attr:`skbert._engines.Engine.tag`: backend, dtype, library
+    versions, calibration).
 
     The special-token mask, which follows from the token ids, joins the key
     only where it excludes tokens from pooling (a prompt).
     """
-    prefix = hashlib.blake2b(FORMAT + model_fingerprint.encode() + dtype.encode(), digest_size=16)
+    prefix = hashlib.blake2b(FORMAT + model_fingerprint.encode() + engine_tag.encode(),
+                             digest_size=16)
     types = windows.token_type_ids or [None] * len(windows)
     keys = []
     for ids, type_ids, special in zip(windows.input_ids, types, windows.special_mask):
@@ -311,7 +315,7 @@ def _remove_stale_temporaries(directory):
             with contextlib.suppress(OSError), os.scandir(folder.path) as files:
                 for file in files:
                     with contextlib.suppress(OSError):
-                        if (file.name.startswith(_TEMPORARY)
+                        if (file.name.startswith(TEMPORARY)
                                 and file.stat(follow_symlinks=False).st_mtime < cutoff):
                             os.unlink(file.path)
 
@@ -319,12 +323,6 @@ def _remove_stale_temporaries(directory):
 def _checksum(key, payload):
     """The CRC-32 of ``key`` then ``payload``: a file copied onto another key's name fails it."""
     return zlib.crc32(payload, zlib.crc32(key.encode())).to_bytes(_CHECKSUM.itemsize, "little")
-
-
-def _write_all(handle, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(handle, view):]
 
 
 class DiskStore:
@@ -382,30 +380,14 @@ class DiskStore:
 
     def _write(self, path, key, record):
         payload = memoryview(np.ascontiguousarray(record, dtype=np.float32)).cast("B")
-        temporary = path.parent / f"{_TEMPORARY}{secrets.token_hex(8)}"
         try:
             if path.parent not in self._made:
                 path.parent.mkdir(exist_ok=True)
                 self._made.add(path.parent)
-            # Not tempfile.mkstemp: its files are 0600, which the other users of a shared
-            # directory cannot read. 0o666 leaves the mode to the umask.
-            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                             | getattr(os, "O_BINARY", 0), 0o666)
+            with atomic_file(path) as file:
+                file.write(_checksum(key, payload))
+                file.write(payload)
         except OSError as error:
-            self._failed(error)
-            return
-        try:
-            try:
-                _write_all(handle, _checksum(key, payload))
-                _write_all(handle, payload)
-            finally:
-                os.close(handle)
-            os.replace(temporary, path)
-        except BaseException as error:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            if not isinstance(error, OSError):
-                raise
             self._failed(error)
 
     def _failed(self, error):

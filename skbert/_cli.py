@@ -175,8 +175,8 @@ def _settings(args, vectorizer):
                 "--backend": args.backend,
                 "--missing": args.missing,
                 # The fingerprints the vectorizer keys its cache with (equal to recomputing them).
-                "the model's weights": vectorizer._fingerprint,
-                "the model's tokenizer": vectorizer._tokenizer_fingerprint}
+                "the model's weights": vectorizer._loaded.fingerprint,
+                "the model's tokenizer": vectorizer._loaded.tokenizer_fingerprint}
     return json.loads(json.dumps(settings))  # as read back from the progress file
 
 
@@ -226,7 +226,7 @@ def build_parser():
                               "(default: %(default)s)")
         sub.add_argument("--dtype", default="float32",
                          choices=["float32", "float16", "bfloat16", "int8"],
-                         help="compute precision; int8 needs --backend openvino or onnx "
+                         help="compute precision; int8 needs --backend openvino "
                               "(default: %(default)s)")
 
     embed_parser = commands.add_parser(

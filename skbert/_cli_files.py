@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import open_memmap
 
+from skbert._files import atomic_file
+
 # Row indices written at a time by --missing skip: memory does not grow with the input.
 _INDEX_BLOCK = 64 * 1024
 
@@ -166,15 +168,17 @@ def verified_rows(writer, chunks):
 
 
 def write_row_index(path, indices, n_rows):
-    """``indices`` to a .npy of int64 through a memory map, so memory does not grow with them."""
-    temporary = path.with_name(path.name + ".partial")
-    rows, start = open_memmap(temporary, mode="w+", dtype=np.int64, shape=(n_rows,)), 0
-    while len(block := np.fromiter(itertools.islice(indices, _INDEX_BLOCK), np.int64)):
-        rows[start:start + len(block)] = block
-        start += len(block)
-    rows.flush()
-    del rows  # unmapped before the rename
-    os.replace(temporary, path)
+    """The ``n_rows`` ``indices`` to a .npy of int64, a block at a time, so memory does not grow
+    with them."""
+    header, n_written = {"descr": "<i8", "fortran_order": False, "shape": (n_rows,)}, 0
+    with atomic_file(path) as file:
+        np.lib.format.write_array_header_1_0(file, header)
+        while len(block := np.fromiter(itertools.islice(indices, _INDEX_BLOCK), "<i8")):
+            file.write(block.tobytes())
+            n_written += len(block)
+        if n_written != n_rows:
+            raise CommandError(f"the input changed while it was read: {n_written} texts now, "
+                               f"{n_rows} before; {str(path)!r} is not written")
 
 
 class Progress:
@@ -233,12 +237,8 @@ class Progress:
         self.save()
 
     def save(self):
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        with open(temporary, "w", encoding="utf-8") as file:
+        with atomic_file(self.path, text=True, fsync=True) as file:
             json.dump(self.record, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self.path)
 
     def remove(self):
         self.path.unlink(missing_ok=True)
@@ -353,20 +353,16 @@ class ParquetWriter:
         import pyarrow.parquet as pq
 
         table = pa.table(dict(zip(self.names, features.T)))
-        temporary = self.parts / f"part-{start:012d}.tmp"
-        with open(temporary, "wb") as file:
+        with atomic_file(self.parts / f"part-{start:012d}.parquet", fsync=True) as file:
             pq.write_table(table, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self.parts / f"part-{start:012d}.parquet")
 
     def finish(self):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         schema = pa.schema([(name, pa.float32()) for name in self.names])
-        merged, expected = self.output.with_name(self.output.name + ".partial"), 0
-        with pq.ParquetWriter(merged, schema) as writer:
+        expected = 0
+        with atomic_file(self.output) as merged, pq.ParquetWriter(merged, schema) as writer:
             for start, path in self._part_files():
                 if start != expected:
                     raise CommandError(f"{str(self.parts)!r} lacks the rows from {expected} to "
@@ -374,10 +370,9 @@ class ParquetWriter:
                 table = pq.read_table(path)
                 writer.write_table(table)
                 expected += table.num_rows
-        if expected != self.n_rows:
-            raise CommandError(f"{str(self.parts)!r} holds {expected} rows, expected "
-                               f"{self.n_rows}; run without --resume to start again")
-        os.replace(merged, self.output)
+            if expected != self.n_rows:
+                raise CommandError(f"{str(self.parts)!r} holds {expected} rows, expected "
+                                   f"{self.n_rows}; run without --resume to start again")
         shutil.rmtree(self.parts)
 
 

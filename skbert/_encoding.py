@@ -93,7 +93,7 @@ def tokenize(tokenizer, texts, max_length, truncation="head", stride=0, prompt="
     prompt = _encodable(prompt)
     slices = []
     for start in range(0, max(len(texts), 1), TOKENIZE_SLICE):  # no texts: one empty call
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             windows = _tokenize(tokenizer, texts[start:start + TOKENIZE_SLICE], max_length,
                                 truncation, stride, prompt)
         windows.owner += start
@@ -106,7 +106,7 @@ def tokenize(tokenizer, texts, max_length, truncation="head", stride=0, prompt="
 
 # Fast tokenizers reconfigure their Rust core (truncation, padding) on every call, which
 # fails ("Already borrowed") when two threads call one tokenizer at once.
-_TOKENIZER_LOCK = threading.Lock()
+TOKENIZER_LOCK = threading.Lock()
 
 # Texts per tokenizer call. The tokenizer's per-text results (tokens, offsets, masks) are
 # much larger than the compact windows kept from them: tokenizing 10,000 sentences in one
@@ -256,37 +256,28 @@ def _model_inputs(tokenizer, windows, batch, device):
     return inputs, tensor(windows.special_mask, 1)
 
 
-def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None, out=None,
-                  engine=None):
+def forward_parts(runner, tokenizer, windows, layouts, batch_size, progress=None, out=None):
     """Run the encoder over ``windows``; return one records array per layout.
 
     Each array has one row per window, in order, and ``layout.width`` float32
     columns (see :class:`skbert._features.Layout`); ``out`` gives arrays of
-    that shape to write into instead of new ones. Only the encoder layers up
-    to the deepest one that ``layouts`` read run (:func:`shallow_view`), and
-    hidden states of the inner layers are requested only when they are read.
-    Records are computed on the model's device and each batch crosses to the
-    CPU once, into arrays allocated up front. A batch that runs out of GPU
-    memory is split in two and retried, down to single windows, with a warning.
-
-    ``engine``, when given, runs the encoder instead of ``model`` (then None):
-    ``engine(depth, layers, pooler)`` is a callable from the model inputs to
-    ``({layer: hidden states}, pooler output)`` for the encoder cut after layer
-    ``depth``, and ``engine.config`` the model's config (:class:`skbert._engines.Engine`).
+    that shape to write into instead of new ones. ``runner`` is what an
+    :class:`skbert._engines.Engine` runs on one device (torch, OpenVINO or ONNX
+    Runtime): ``runner.encoder(depth, read, pooler)`` runs the encoder cut
+    after the deepest layer that ``layouts`` read, and returns the hidden
+    states of the layers read only. Records are computed on the runner's device
+    and each batch crosses to the CPU once, into arrays allocated up front. A
+    batch that runs out of GPU memory is split in two and retried, down to
+    single windows, with a warning.
     """
     import torch
 
     keys = set().union(*(layout.keys for layout in layouts))
     read = layers_read(keys)
-    last = (model if engine is None else engine).config.num_hidden_layers
     pooler = ("pooler",) in keys
     # At least one layer: some encoders (DeBERTa-v2) return nothing from an empty layer list.
-    deepest = last if pooler or not read else max(1, *read)
-    if engine is not None:
-        encode, device = engine(deepest, sorted(read | {deepest}), pooler), torch.device("cpu")
-    else:
-        encode = _torch_encoder(model, read, deepest)
-        device = next(model.parameters()).device
+    deepest = runner.config.num_hidden_layers if pooler or not read else max(1, *read)
+    encode, device = runner.encoder(deepest, read, pooler), runner.device
     records = out or [np.empty((len(windows), layout.width), dtype=np.float32)
                       for layout in layouts]
 
@@ -321,21 +312,6 @@ def forward_parts(model, tokenizer, windows, layouts, batch_size, progress=None,
         for batch in length_sorted_batches(windows.lengths, batch_size):
             run(batch)
     return records
-
-
-def _torch_encoder(model, read, deepest):
-    """``inputs -> (hidden states by layer, pooler output)`` of ``model`` run only as deep as
-    ``deepest``, with the inner hidden states requested only when ``read`` needs them."""
-    view = shallow_view(model, deepest)
-    top = deepest if view is not model else model.config.num_hidden_layers  # where it ends
-    inner = bool(read - {top})
-
-    def encode(inputs):
-        outputs = view(**inputs, output_hidden_states=inner)
-        hidden = outputs.hidden_states if inner else {top: outputs.last_hidden_state}
-        return hidden, getattr(outputs, "pooler_output", None)
-
-    return encode
 
 
 def _as_slice(indices):

@@ -9,12 +9,15 @@ only to a private copy of the encoder, or to adapters beside the shared
 weights, so a model shared with other estimators of the process is never
 modified. After ``fit`` the head is
 kept as numpy arrays (``coef_``, ``intercept_``) on top of :meth:`transform`'s
-features, and pickles carry the tuned encoder's weights. The training loop
-itself (freezing, optimizer, batches, epochs, early stopping) is in
-:mod:`skbert._training`.
+features, and pickles carry the tuned encoder's weights. What a fit built is
+recorded in a :class:`_Fitted` record, and :meth:`transform`, :meth:`predict`
+and pickles read that record, never a parameter set after the fit. The
+training loop itself (freezing, optimizer, batches, epochs, early stopping) is
+in :mod:`skbert._training`.
 """
 
 import copy
+import dataclasses
 import os
 from numbers import Integral, Real
 
@@ -31,8 +34,50 @@ from skbert import _loading, _lora, _persistence, _training
 from skbert._base import EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import _model_inputs, forward_parts, tokenize
+from skbert._engines import TorchRunner
 from skbert._features import Extraction, Layout, assemble, n_features, parts_needed
 from skbert._validation import check_texts
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fitted:
+    """What a fit built, which inference and pickles read instead of the parameters.
+
+    The model, the reading of its hidden states (``layer``, resolved, and
+    ``pooling``), the windows (``window_length``, ``truncation``) and the
+    compute ``dtype`` the head trained on; ``freeze``, which tells what
+    trained; and the reference to the base model that a
+    ``persist_weights=False`` pickle carries (``model``, ``revision`` and the
+    fingerprints), with the trained adapters of ``freeze="lora"`` to merge
+    into it again. Builtins and numpy arrays only, so that it pickles as a
+    dict (see ``__getstate__``).
+    """
+
+    model: str
+    revision: object  # str or None: the commit that loaded, else the revision asked for
+    fingerprint: str
+    tokenizer_fingerprint: str
+    freeze: object
+    layer: int
+    pooling: str
+    window_length: int
+    truncation: str
+    dtype: str
+    lora_factors: object = None  # freeze="lora": {module name: (A, B, scaling)}
+
+    @property
+    def extraction(self):
+        return Extraction((self.layer,), "mean", self.pooling, True)
+
+
+def _check_persist_weights(persist_weights, freeze):
+    """Refuse ``persist_weights=False`` for a fit with ``freeze`` that trains the base weights."""
+    if not persist_weights and freeze not in ("all", "lora"):
+        raise ValueError(
+            f"persist_weights=False pickles a reference to the base model, which a fit with "
+            f"freeze={freeze!r} changes by training it: fit with freeze='all' or 'lora', or use "
+            "persist_weights=True."
+        )
 
 
 class _BaseFinetuner(EncoderMixin, BaseEstimator):
@@ -119,18 +164,18 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         """
         import torch
 
-        self._check_persist_weights()
+        _check_persist_weights(self.persist_weights, self.freeze)
         if self.freeze == "lora":
             _lora.check_peft()
         device = _loading.resolve_device(self.device)
         _loading.check_dtype(self.dtype, device)
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         encoder = self._load_encoder(device)
-        extraction = self._extraction()
+        extraction = self._fitted.extraction
         base = encoder  # LoRA trains adapters beside its weights, which stay as they are
         frozen = ([] if self.freeze == "lora"
                   else _training.frozen_modules(encoder, self.freeze, os.fspath(self.model)))
-        windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation)
+        windows = tokenize(self.tokenizer_, texts, self._fitted.window_length, self.truncation)
         train, valid = np.arange(len(texts)), None
         if self.early_stopping:
             train, valid = train_test_split(train, test_size=self.validation_fraction,
@@ -184,22 +229,14 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
                 verbose=self.verbose)
         encoder.eval()
         if self.freeze == "lora":  # merged: inference costs what the base encoder costs
-            self._lora_factors = _lora.factors(encoder)
-            self.model_ = _lora.merged(base, self._lora_factors)
+            self._fitted = dataclasses.replace(self._fitted, lora_factors=_lora.factors(encoder))
+            self.model_ = _lora.merged(base, self._fitted.lora_factors)
         self.n_iter_ = len(self.loss_curve_)
         self.validation_scores_ = self.best_validation_score_ = None
         if early_stopping is not None:
             self.validation_scores_ = early_stopping.scores
             self.best_validation_score_ = early_stopping.best_score
         return _training.head_arrays(head)
-
-    def _check_persist_weights(self):
-        if not self.persist_weights and self.freeze not in ("all", "lora"):
-            raise ValueError(
-                f"persist_weights=False pickles a reference to the base model, which "
-                f"freeze={self.freeze!r} changes by training it: use freeze='all' or 'lora', "
-                "or persist_weights=True."
-            )
 
     @property
     def _learning_rate(self):
@@ -210,8 +247,8 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         return 2e-3 if self.freeze == "lora" else 5e-5
 
     def _load_encoder(self, device):
-        """Set ``model_`` (float32 weights), ``tokenizer_`` and the fingerprints; return
-        ``model_``.
+        """Set ``model_`` (float32 weights), ``tokenizer_``, ``n_layers_`` and the
+        :class:`_Fitted` record (its adapters come after training); return ``model_``.
 
         Training writes to a private copy of the shared model; "all" and
         "lora" never write to it, so they use the shared one.
@@ -221,18 +258,23 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
                                device if shared else "cpu")
         model = loaded.model if shared else copy.deepcopy(loaded.model).to(device)
         self.model_, self.tokenizer_ = model, loaded.tokenizer
-        self._fingerprint = loaded.fingerprint
-        self._tokenizer_fingerprint = loaded.tokenizer_fingerprint
         self.n_layers_ = model.config.num_hidden_layers + 1
+        self._fitted = _Fitted(
+            model=os.fspath(self.model),
+            revision=getattr(model.config, "_commit_hash", None) or self.revision,
+            fingerprint=loaded.fingerprint, tokenizer_fingerprint=loaded.tokenizer_fingerprint,
+            freeze=self.freeze, layer=self._checked_layer(), pooling=self.pooling,
+            window_length=self._window_length(), truncation=self.truncation, dtype=self.dtype)
         return model
 
     def _encode(self, model, windows, device):
         """The head's input for ``windows``: pooled features, float32 numpy, in order."""
         model.eval()
-        extraction = self._extraction()
+        extraction = self._fitted.extraction
         layout = Layout.of(parts_needed(extraction), model.config.hidden_size)
-        with _training.autocast(device, self.dtype):
-            (records,) = forward_parts(model, self.tokenizer_, windows, [layout], self.batch_size)
+        with _training.autocast(device, self._fitted.dtype):
+            (records,) = forward_parts(TorchRunner(model), self.tokenizer_, windows, [layout],
+                                       self.batch_size)
         return assemble(layout.parts(records), extraction)
 
     def transform(self, X):
@@ -257,18 +299,20 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         if not texts:
             return np.empty((0, self.coef_.shape[1]), dtype=np.float32)
         device = _loading.resolve_device(self.device)
-        windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation)
+        windows = tokenize(self.tokenizer_, texts, self._fitted.window_length,
+                           self._fitted.truncation)
         return self._encode(self._model_on(device), windows, device)
 
     def _linear_outputs(self, X):
         return self.transform(X).astype(np.float64) @ self.coef_.T + self.intercept_
 
-    def _extraction(self):
-        """The head's input as an :class:`Extraction`, checked against the model."""
+    def _checked_layer(self):
+        """``layer`` as a non-negative index into the hidden states, checked against the model
+        (with ``pooling``)."""
         n_states = self.n_layers_
         accepted = f"use an index from {-n_states} to {n_states - 1} (0 is the embedding output)"
-        layers = self._checked_layers([self.layer], accepted, self.pooling)
-        return Extraction(layers, "mean", self.pooling, True)
+        (layer,) = self._checked_layers([self.layer], accepted, self.pooling)
+        return layer
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__
@@ -276,25 +320,28 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
             model, tokenizer = state.pop("model_"), state.pop("tokenizer_")
             if self.persist_weights:
                 state["_files"] = _persistence.dump_model(model, tokenizer)
-            else:  # the base model's reference; with LoRA, _lora_factors is what trained
-                self._check_persist_weights()  # set after a fit that trained the weights
-                state["_revision"] = getattr(model.config, "_commit_hash", None) or self.revision
+            else:  # the record's reference, refused where the fit trained the base weights
+                _check_persist_weights(False, self._fitted.freeze)
+            # Builtins only, so that skops needs to trust no type beyond the estimator's.
+            state["_fitted"] = dataclasses.asdict(self._fitted)
         return state
 
     def __setstate__(self, state):
         files = state.pop("_files", None)
-        revision = state.pop("_revision", None)
+        if "_fitted" in state:
+            state["_fitted"] = _Fitted(**state["_fitted"])
         super().__setstate__(state)
         if files is not None:
             self.model_, self.tokenizer_ = _persistence.load_model(files, "float32")
-        elif "_fingerprint" in state:  # a reference: find the base model again, checked
-            loaded = _loading.load(os.fspath(self.model), revision, "float32",
+        elif "_fitted" in state:  # a reference: find the base model again, checked
+            fitted = self._fitted
+            loaded = _loading.load(fitted.model, fitted.revision, "float32",
                                    _loading.resolve_device(self.device))
-            _loading.check_reference(loaded, self._fingerprint, self._tokenizer_fingerprint,
-                                     os.fspath(self.model), revision, type(self).__name__)
+            _loading.check_reference(loaded, fitted.fingerprint, fitted.tokenizer_fingerprint,
+                                     fitted.model, fitted.revision, type(self).__name__)
             self.tokenizer_ = loaded.tokenizer
-            self.model_ = (_lora.merged(loaded.model, self._lora_factors)
-                           if self.freeze == "lora" else loaded.model)
+            self.model_ = (loaded.model if fitted.lora_factors is None
+                           else _lora.merged(loaded.model, fitted.lora_factors))
 
 
 def _check_samples(texts, y, estimator):
@@ -312,6 +359,13 @@ class BertClassifier(ClassifierMixin, _BaseFinetuner):
     freeze the encoder is an ordinary hyperparameter: with few labels a frozen
     encoder can win, with more, fine-tuning usually does, and cross-validation
     or ``GridSearchCV`` over ``freeze`` tells which.
+
+    What a fit built stays as it was until the next fit: :meth:`predict`,
+    :meth:`transform` and pickles read the model, ``layer``, ``pooling``,
+    ``max_length``, ``truncation``, ``dtype``, ``freeze`` and the adapters of
+    the last fit, never a parameter set since. Only ``device`` and
+    ``batch_size`` (where and in what batches inference runs) are read when it
+    runs, and ``persist_weights`` (how to pickle) when pickling.
 
     Parameters
     ----------
@@ -400,13 +454,17 @@ default="cls"
         (autocast; float16 with loss scaling on CUDA), meant for GPUs; the
         weights stay float32.
     persist_weights : bool, default=True
-        Whether pickles carry the encoder's weights (self-contained). False
-        pickles a reference to the base model (path or hub id, revision, the
+        Whether pickles carry the encoder's weights (self-contained); read
+        when pickling, so it may also be set after fit. False pickles a
+        reference to the base model of the fit (path or hub id, revision, the
         fingerprints of weights and tokenizer) and what trained: the head,
         and with ``freeze="lora"`` the adapters (under 1 MB for
         all-MiniLM-L6-v2); unpickling finds the base model again and refuses
-        one whose weights or tokenizer changed. Only ``freeze="all"`` and
-        ``"lora"`` leave the base model as it was, so only they allow False.
+        one whose weights or tokenizer changed. Only a fit with
+        ``freeze="all"`` or ``"lora"`` leaves the base model as it was, so
+        only such a fit allows False: it is refused at fit, and at pickling
+        after a fit that trained the encoder, whatever ``freeze`` is set to
+        since.
     revision : str or None, default=None
         Hub revision (branch, tag or commit) to pin.
     verbose : bool or int, default=False
@@ -613,7 +671,9 @@ class BertRegressor(RegressorMixin, _BaseFinetuner):
     error loss. Targets are standardized for training (so the default
     learning rate suits any unit) and predictions are scaled back. On text
     pairs it is a cross-encoder, e.g. for semantic similarity scores. Each
-    parameter means what it means for :class:`BertClassifier`.
+    parameter means what it means for :class:`BertClassifier`, and as there,
+    predictions and pickles read what the last fit built, never a parameter
+    set since (but ``device``, ``batch_size`` and ``persist_weights``).
 
     Parameters
     ----------
@@ -662,8 +722,9 @@ default="cls"
     dtype : {"float32", "float16", "bfloat16"}, default="float32"
         Compute precision; lower ones train in mixed precision (for GPUs).
     persist_weights : bool, default=True
-        Pickles carry the weights, or (False, with ``freeze="all"`` or
-        ``"lora"``) a checked reference to the base model and what trained.
+        Pickles carry the weights, or (False, after a fit with
+        ``freeze="all"`` or ``"lora"``) a checked reference to the base model
+        and what trained; read when pickling.
     revision : str or None, default=None
         Hub revision to pin.
     verbose : bool or int, default=False

@@ -12,13 +12,10 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
-import tempfile
 import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from pathlib import Path
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -29,11 +26,11 @@ class LoadError(OSError):
 
 @dataclass(eq=False)
 class LoadedModel:
-    """A tokenizer and a model's config, fingerprints of weights and tokenizer, what its
+    """A tokenizer and a model's config, fingerprints of model and tokenizer, what its
     sentence-transformers files say (:class:`SentenceConfig`), the :func:`folder_stamp` of
     the directory it came from (None for a hub id), and the model in eval mode on its
-    device, loaded on first use of :attr:`model` when :func:`load` found its fingerprint
-    in a record instead."""
+    device; or, where ``loader`` is given instead of the model, the model that ``loader()``
+    returns on first use of :attr:`model`."""
 
     tokenizer: object
     config: object
@@ -43,33 +40,27 @@ class LoadedModel:
     has_pooler: bool
     stamp: tuple | None = None
     _model: object = None
-    _origin: tuple | None = None  # (source, revision, dtype, device) of a model not yet loaded
+    loader: object = None
     _model_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def of(cls, model, tokenizer, sentence, stamp=None):
         """A loaded model, its fingerprints computed."""
-        return cls(tokenizer, model.config, weights_fingerprint(model),
+        return cls(tokenizer, model.config, model_fingerprint(model),
                    tokenizer_fingerprint(tokenizer), sentence, _has_pooler(model), stamp, model)
 
     @property
     def model(self):
         with self._model_lock:
             if self._model is None:
-                source, revision, dtype, device = self._origin
-                model = _load_model(source, revision, dtype)
-                found = weights_fingerprint(model)
-                if found != self.fingerprint:  # saved over since, or a wrong record
-                    raise ValueError(f"The weights of {source!r} changed since they were "
-                                     f"fingerprinted {self.fingerprint}: found {found}. Fit "
-                                     "again to use the current model.")
-                self._model = model.to(device)
+                self._model = self.loader()
             return self._model
 
     def with_model(self, model):
-        """A copy around ``model`` (the same weights elsewhere, or a private copy)."""
+        """A copy around another ``model``, fingerprinted anew."""
         return dataclasses.replace(self, config=model.config, has_pooler=_has_pooler(model),
-                                   _model=model, _origin=None, _model_lock=threading.Lock())
+                                   fingerprint=model_fingerprint(model), _model=model,
+                                   loader=None, _model_lock=threading.Lock())
 
 
 def _has_pooler(model):
@@ -137,11 +128,15 @@ def check_dtype(dtype, device):
                       RuntimeWarning, stacklevel=3)
 
 
-def weights_fingerprint(model):
-    """A hash of every parameter and buffer: names, dtypes, shapes and values."""
+def model_fingerprint(model):
+    """A hash of what decides the model's outputs: its config (activation, norm epsilon,
+    ...) and every parameter and buffer (names, dtypes, shapes and values)."""
     import torch
 
-    digest = hashlib.blake2b(digest_size=16)
+    config = {name: value for name, value in model.config.to_dict().items()
+              if not name.startswith("_") and name not in ("transformers_version", "dtype")}
+    digest = hashlib.blake2b(json.dumps(config, sort_keys=True, default=str).encode(),
+                             digest_size=16)
     for name, tensor in sorted(model.state_dict().items()):
         flat = tensor.detach().cpu().contiguous().reshape(-1)
         digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
@@ -213,7 +208,7 @@ def from_pretrained(source, revision, dtype):
     """
     _check_source(source)
     tokenizer = _pretrained("AutoTokenizer", source, revision)
-    return _load_model(source, revision, dtype), tokenizer
+    return load_model(source, revision, dtype), tokenizer
 
 
 def _check_source(source):
@@ -247,7 +242,8 @@ def _pretrained(kind, source, revision, **kwargs):
         raise LoadError(f"Could not load the {where}: {exc}") from exc
 
 
-def _load_model(source, revision, dtype):
+def load_model(source, revision, dtype):
+    """The model of ``source`` alone (eval mode, on the CPU), with one clear error."""
     return _pretrained("AutoModel", source, revision, dtype=torch_dtype(dtype)).eval()
 
 
@@ -274,11 +270,13 @@ def load(source, revision, dtype, device, records=None):
     """The shared :class:`LoadedModel` for ``source`` on ``device``, loaded on first use.
 
     A directory whose files changed since it was loaded (a model saved into it
-    again) is loaded anew. ``records`` is a directory where a load leaves the
-    weights fingerprint of the model files it read (keyed by a digest of their
-    contents): a model found there is not loaded until :attr:`LoadedModel.model`
-    is asked for, which saves a process that needs only the fingerprint (a CPU
-    engine whose export is stored) the import and load of the torch model.
+    again) is loaded anew. ``records``, when given, is asked first
+    (``records.find(source, revision, dtype, device, stamp)``: a
+    :class:`LoadedModel`, maybe without its weights yet, or None) and told of
+    every model loaded here (``records.write(source, revision, dtype,
+    loaded)``): :mod:`skbert._engines` keeps the fingerprints of the models it
+    runs that way, so that a process whose exports are stored needs no torch
+    model.
     """
     where = os.path.abspath(source) if os.path.isdir(source) else source
     key = (where, revision, dtype, str(device))
@@ -287,19 +285,28 @@ def load(source, revision, dtype, device, records=None):
         stamp = folder_stamp(source)
         if loaded is None or loaded.stamp != stamp:
             check_dtype(dtype, device)
-            files = None if records is None else files_digest(source, revision, dtype)
-            loaded = files and _recalled(source, revision, dtype, device, stamp,
-                                         Path(records, f"{files}.json"))
+            loaded = records and records.find(source, revision, dtype, device, stamp)
             if not loaded:
                 model, tokenizer = from_pretrained(source, revision, dtype)
                 loaded = LoadedModel.of(model.to(device), tokenizer,
                                         sentence_config(source, revision), stamp)
-                if records is not None:  # the files as read now (a hub model: downloaded)
-                    _record(Path(records), files_digest(source, revision, dtype), loaded)
+                if records is not None:
+                    records.write(source, revision, dtype, loaded)
             _shared[key] = loaded
         if loaded not in _recent:
             _recent.append(loaded)
         return loaded
+
+
+def without_weights(source, revision, fingerprint, has_pooler, stamp, loader):
+    """A :class:`LoadedModel` of the config and tokenizer of ``source`` whose model is
+    ``loader()``, loaded on first use; ``fingerprint`` and ``has_pooler`` are taken as
+    given (the caller recorded them)."""
+    _check_source(source)
+    tokenizer = _pretrained("AutoTokenizer", source, revision)
+    return LoadedModel(tokenizer, _pretrained("AutoConfig", source, revision), fingerprint,
+                       tokenizer_fingerprint(tokenizer), sentence_config(source, revision),
+                       has_pooler, stamp, loader=loader)
 
 
 def check_reference(loaded, fingerprint, tokenizer_fingerprint, source, revision, owner):
@@ -315,83 +322,6 @@ def check_reference(loaded, fingerprint, tokenizer_fingerprint, source, revision
                 f"{expected}, found {found}. Refit it on the current model, or pickle with "
                 "persist_weights=True to carry weights and tokenizer."
             )
-
-
-def files_digest(source, revision, dtype):
-    """A digest of what loading ``source`` in ``dtype`` reads into the model: config.json and
-    the weight files (the safetensors ones where there are any, as transformers prefers
-    them), with the versions of torch and transformers; None when they cannot be read."""
-    import torch
-    import transformers
-
-    folder = source if os.path.isdir(source) else _hub_folder(source, revision)
-    try:
-        names = sorted(os.listdir(folder)) if folder else []
-        weights = ([name for name in names if name.endswith(".safetensors")]
-                   or [name for name in names if name.endswith(".bin")])
-        if "config.json" not in names or not weights:
-            return None
-        digest = hashlib.sha256()  # the fastest of hashlib's where CPUs have SHA instructions
-        digest.update(json.dumps([dtype, torch.__version__, transformers.__version__]).encode())
-        for name in ["config.json", *weights, *(n for n in names if n.endswith(".index.json"))]:
-            digest.update(name.encode() + b"\0")
-            with open(os.path.join(folder, name), "rb") as file:
-                while block := file.read(1 << 20):
-                    digest.update(block)
-    except OSError:
-        return None
-    return digest.hexdigest()[:32]
-
-
-def _hub_folder(source, revision):
-    """The local snapshot folder of a hub model, resolved as transformers resolves it."""
-    from transformers.utils import cached_file
-
-    path = cached_file(source, "config.json", revision=revision,
-                       _raise_exceptions_for_missing_entries=False,
-                       _raise_exceptions_for_connection_errors=False)
-    return None if path is None else os.path.dirname(path)
-
-
-def _recalled(source, revision, dtype, device, stamp, record):
-    """A :class:`LoadedModel` of config and tokenizer whose weights load on first use, with
-    the fingerprint of ``record``; None when the record is missing or not one."""
-    try:
-        facts = json.loads(record.read_text())
-    except (OSError, ValueError):
-        return None
-    if not (isinstance(facts, dict) and facts.get("files") == record.stem
-            and isinstance(facts.get("fingerprint"), str)
-            and re.fullmatch("[0-9a-f]{32}", facts["fingerprint"])
-            and isinstance(facts.get("has_pooler"), bool)):
-        return None  # damaged or foreign: the model is loaded and the record written again
-    _check_source(source)
-    tokenizer = _pretrained("AutoTokenizer", source, revision)
-    return LoadedModel(tokenizer, _pretrained("AutoConfig", source, revision),
-                       facts["fingerprint"], tokenizer_fingerprint(tokenizer),
-                       sentence_config(source, revision), facts["has_pooler"], stamp,
-                       _origin=(source, revision, dtype, device))
-
-
-def _record(records, files, loaded):
-    """Write what loading ``files`` gave, atomically; a failed write only warns."""
-    if files is None:
-        return
-    facts = {"files": files, "fingerprint": loaded.fingerprint, "has_pooler": loaded.has_pooler}
-    try:
-        records.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=records)
-        try:
-            with os.fdopen(handle, "w") as file:
-                json.dump(facts, file)
-            os.replace(temporary, records / f"{files}.json")
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)  # left only when the write failed
-    except OSError as exc:
-        warnings.warn(f"skbert could not record the fingerprint of this model in "
-                      f"{str(records)!r} ({exc}): the next process loads its weights again.",
-                      RuntimeWarning, stacklevel=4)
 
 
 # sentence-transformers pooling modes -> skbert pooling names.

@@ -4,7 +4,10 @@ A logistic regression on a few thousand rows of a few hundred features
 makes BLAS calls too small to share between threads: on 2 cores, lbfgs on
 2,000 x 384 TREC features took 0.77 s with OpenBLAS's 2 threads and 0.07 s
 with one. :func:`one_blas_thread` scopes a limit of one BLAS thread to such a
-fit; torch's own thread pool (the encoder's) is not BLAS's and is left as it is.
+fit. Torch's own thread pool is not BLAS's, but a torch that links the BLAS of
+numpy (MKL or OpenBLAS: conda builds, aarch64) runs its matrix products on it:
+so the limit wraps the scikit-learn fit alone, never an encoding or a
+fine-tuning.
 """
 
 import contextlib

@@ -11,6 +11,11 @@ def _items(X):
     the pandas index (None for other input), for error messages."""
     labels = X.index if hasattr(X, "iloc") else None
     if type(X).__module__.partition(".")[0] == "polars":  # known by name: never imported here
+        if hasattr(X, "collect"):  # a LazyFrame: a query, not yet its rows
+            raise ValueError(
+                f"Iterable over raw text documents expected, polars {type(X).__name__} object "
+                "received: it holds no rows until it is computed. Call .collect() on it first."
+            )
         # A DataFrame as a 2-D array of its columns (checked below); a Series as its values.
         X = np.array(X.rows(), dtype=object).reshape(X.shape) if hasattr(X, "rows") \
             else X.to_list()
@@ -55,7 +60,8 @@ def check_texts(X):
         DataFrame) or any other iterable of str (a generator, a file's lines:
         read once); or text pairs as a sequence of 2-tuples, an (n, 2) array
         or a two-column pandas or polars DataFrame. Sets (no order) and
-        mappings (their keys are not texts) are refused.
+        mappings (their keys are not texts) are refused, and so is a polars
+        LazyFrame (``.collect()`` it first).
 
     Returns
     -------

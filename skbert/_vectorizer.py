@@ -25,6 +25,9 @@ from skbert._features import (
 from skbert._progress import progress_bar
 from skbert._validation import check_texts, is_one_pass
 
+# Read at fit only: transform refuses to run after one of them changed (see the docstring).
+FIT_PARAMETERS = ("model", "revision", "backend", "dtype", "calibration")
+
 
 class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderMixin,
                      BaseEstimator):
@@ -111,10 +114,13 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         "auto" picks CUDA, then MPS, then the CPU.
     dtype : {"float32", "float16", "bfloat16", "int8"}, default="float32"
         Compute precision. Features are float32 numpy arrays whatever it is.
-        "int8" quantizes weights and activations, with a CPU ``backend``:
-        OpenVINO statically (NNCF, calibrated on ``calibration``), ONNX
-        Runtime dynamically. "float16" is for the torch backend; "bfloat16"
-        for torch or OpenVINO (its bf16 hint).
+        "int8" quantizes weights and activations statically with OpenVINO
+        (``backend="openvino"``: NNCF, calibrated on ``calibration``), so a
+        text's features do not depend on the other texts of its batch.
+        "float16" is for the torch backend; "bfloat16" for torch or OpenVINO
+        (its bf16 hint). ONNX Runtime computes in "float32" only: its dynamic
+        int8 quantizes activations per batch (a text's features would change
+        with its batch) and its static int8 was slower than its float32.
     backend : {"torch", "openvino", "onnx"}, default="torch"
         The inference engine. "openvino" (OpenVINO) and "onnx" (ONNX Runtime)
         run on the CPU (``pip install 'skbert[openvino]'`` or ``'skbert[onnx]'``):
@@ -122,8 +128,13 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         converted (and quantized) from a private copy of the torch model and
         stored in ``SKBERT_EXPORT_DIR`` (default: ``skbert/exports`` in the
         user cache directory), from which later fits and processes load it.
-        With ``dtype="float32"`` every backend gives the torch features within
-        1e-5. Every other setting works the same on every backend.
+        The export key names everything the graph depends on (the weights and
+        config, the cut, the dtype, the calibration texts and tokenizer, and the
+        versions of torch, transformers and the engine's packages); each
+        conversion is checked against torch on padded batches up to the
+        model's length limit, output by output. With ``dtype="float32"``
+        every backend gives the torch features within 1e-5. Every other
+        setting works the same on every backend.
     calibration : None, "fit" or list of str, default=None
         The texts that calibrate ``dtype="int8"`` on OpenVINO: None is a fixed
         bundled set of 300 sentences and questions (the same int8 model for
@@ -196,6 +207,16 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
 
     Notes
     -----
+    ``model``, ``revision``, ``backend``, ``dtype`` and ``calibration`` decide
+    what ``fit`` loads, converts and calibrates; they take effect at ``fit``
+    only. ``transform`` after one of them was set to another value raises a
+    ``ValueError`` that names it (fit again), rather than features of a model
+    or engine other than the parameters say; pickles carry what ``fit``
+    built. Every other parameter (``layer``, ``pooling``, ``norm``,
+    ``max_length``, ``device``, ``cache``, ...) applies at ``transform``, set
+    before or after ``fit``. Assigning ``model_`` fingerprints the new model:
+    cache entries and exports of the old one are not used for it.
+
     Several layers are merged per token before pooling. For every pooling but
     max this equals merging the pooled vectors of each layer.
 
@@ -279,7 +300,8 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     def fit(self, X=None, y=None):
         """Load the model and tokenizer and check the settings against them.
 
-        Nothing is learned from the texts: fitting is loading.
+        Nothing is learned from the texts: fitting is loading (and, with
+        ``calibration="fit"``, keeping the texts that calibrate int8).
 
         Parameters
         ----------
@@ -295,8 +317,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         self : BertVectorizer
             The fitted vectorizer.
         """
-        calibrating = self.backend == "openvino" and self.dtype == "int8"  # ONNX: dynamic
-        if calibrating and self.calibration == "fit":
+        if self.dtype == "int8" and self.calibration == "fit":
             if X is None:
                 raise ValueError("calibration='fit' calibrates int8 on the texts given to fit: "
                                  "pass them, or give calibration=None or a list of texts.")
@@ -304,40 +325,52 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         elif X is not None and not is_one_pass(X):
             check_texts(X)
         _cache.check_cache(self.cache)
-        device = self._device()
-        _engines.check_backend(self.backend, self.dtype, device)
-        self._calibration = (_engines.calibration_texts(self.calibration, X) if calibrating
-                             else None)
-        self._use(self._load(self.revision, device))
+        self._fit_params = self._fit_parameters()
+        self._use(_engines.load(os.fspath(self.model), self.revision, self._device(),
+                                self.backend, self.dtype, self.calibration, X))
         self._sentence = self._loaded.sentence  # what the folder says: pooling_, norm_, prompt_
         self._folder_setting("norm")
         self._width(self._extraction())
         self._window_length()
         return self
 
-    def _load(self, revision, device):
-        """The shared model; for a CPU engine, its torch weights only once they are needed
-        (to convert, or when ``model_`` is read)."""
-        records = None if self.backend == "torch" else _engines.model_records()
-        return _loading.load(os.fspath(self.model), revision, self._torch_dtype, device,
-                             records)
+    def _use(self, engine):
+        self._engine, self.tokenizer_ = engine, engine.loaded.tokenizer
+        self.n_layers_ = engine.loaded.config.num_hidden_layers + 1
 
-    def _use(self, loaded):
-        self._loaded, self.tokenizer_ = loaded, loaded.tokenizer
-        self._fingerprint = loaded.fingerprint
-        self._tokenizer_fingerprint = loaded.tokenizer_fingerprint
-        self.n_layers_ = loaded.config.num_hidden_layers + 1
+    @property
+    def _loaded(self):
+        return self._engine.loaded
 
     @property
     def model_(self):
-        """The encoder; with a CPU engine, loaded on first use (see the class docstring)."""
-        if "_loaded" not in self.__dict__:
+        """The encoder; with a CPU engine, loaded on first use (see the class docstring).
+
+        Assigning another model fingerprints it anew: cache entries and
+        exports of the old one are not used for it.
+        """
+        if "_engine" not in self.__dict__:
             raise AttributeError("model_")  # not fitted
-        return self._loaded.model
+        return self._engine.model
 
     @model_.setter
     def model_(self, model):
-        self._loaded = self._loaded.with_model(model)
+        self._engine = self._engine.with_model(model)
+
+    def _fit_parameters(self):
+        """The parameters of :data:`FIT_PARAMETERS` as they are now (``model`` as a str)."""
+        return {name: os.fspath(self.model) if name == "model" else getattr(self, name)
+                for name in FIT_PARAMETERS}
+
+    def _check_fit_parameters(self):
+        """Refuse a parameter that fit resolves when it was set to another value since."""
+        for name, value in self._fit_parameters().items():
+            fitted = self._fit_params[name]
+            if value != fitted:
+                raise ValueError(
+                    f"{name} was set to {value!r} after fit, which loaded {name}={fitted!r}: "
+                    f"{', '.join(FIT_PARAMETERS)} take effect at fit. Fit again to use it."
+                )
 
     @property
     def _config(self):
@@ -397,6 +430,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
             One row per text, in input order.
         """
         check_is_fitted(self)
+        self._check_fit_parameters()
         return self._transform(check_texts(X))
 
     def fit_transform(self, X, y=None):
@@ -421,10 +455,10 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         width = self._width(extraction)
         if not texts:
             return np.empty((0, width), dtype=np.float32)
-        model = self._model_on(self._device()) if self.backend == "torch" else None
+        runner = self._engine.runner(self._device())
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
                            self.stride, self.prompt_, self._sentence.include_prompt)
-        features = self._window_features(model, windows, extraction)
+        features = self._window_features(runner, windows, extraction)
         features = merge_windows(features, windows.owner, windows.n_text_tokens,
                                  self.chunk_pooling)
         if width < features.shape[1]:
@@ -432,7 +466,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         norm = self.norm_
         return normalize(features, norm=norm, copy=False) if norm else features
 
-    def _window_features(self, model, windows, extraction):
+    def _window_features(self, runner, windows, extraction):
         """Features of every window: from the cache, or from forward passes of the misses only."""
         needed = parts_needed(extraction)
         hidden_size = self._config.hidden_size
@@ -444,15 +478,12 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
                                  hidden_size)]
             if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
                 layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
-        keys = _cache.window_keys(windows, self._fingerprint,
-                                  _engines.tag(self.backend, self.dtype, self._calibration))
-        engine = None if self.backend == "torch" else _engines.Engine(
-            self._loaded, self.backend, self.dtype, self._calibration)
+        keys = _cache.window_keys(windows, self._loaded.fingerprint, self._engine.tag)
         with progress_bar(self.verbose, total=len(set(keys)), desc="BertVectorizer",
                           unit="window") as progress:
             def compute(indices, out):
-                forward_parts(model, self.tokenizer_, windows.subset(indices), layouts,
-                              self.batch_size, progress, out, engine)
+                forward_parts(runner, self.tokenizer_, windows.subset(indices), layouts,
+                              self.batch_size, progress, out)
 
             def assembled(records):
                 parts = {}
@@ -463,16 +494,9 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
             return _cache.window_features(store, keys, windows.lengths, layouts, compute,
                                           assembled, self.batch_size, progress)
 
-    @property
-    def _torch_dtype(self):
-        """The precision of the torch model: the engines convert it from float32."""
-        return self.dtype if self.backend == "torch" else "float32"
-
     def _device(self):
-        """Where inference runs: the CPU engines run on the CPU (``"auto"`` resolves there)."""
-        if self.backend != "torch" and self.device == "auto":
-            return _loading.resolve_device("cpu")
-        return _loading.resolve_device(self.device)
+        """Where inference runs, resolved now (never written back)."""
+        return _engines.resolve_device(self.backend, self.device)
 
     def _extraction(self):
         """The extraction setting, with layers checked against the model."""
@@ -528,35 +552,45 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__
-        if "_loaded" in state:
-            loaded = state.pop("_loaded")
+        if "_engine" in state:
+            engine = state.pop("_engine")
             tokenizer = state.pop("tokenizer_")
+            state["_engine"] = engine.settings
             if self.persist_weights:
-                state["_files"] = _persistence.dump_model(loaded.model, tokenizer)
-            else:  # a reference: where the weights are, which revision, and their fingerprint
-                state["_revision"] = (getattr(loaded.config, "_commit_hash", None)
-                                      or self.revision)
+                state["_files"] = _persistence.dump_model(engine.model, tokenizer)
+            else:  # a reference: where the weights are, which revision, and their fingerprints
+                state["_reference"] = {
+                    "revision": (getattr(engine.loaded.config, "_commit_hash", None)
+                                 or self._fit_params["revision"]),
+                    "fingerprint": engine.loaded.fingerprint,
+                    "tokenizer_fingerprint": engine.loaded.tokenizer_fingerprint}
             # Builtins only, so that skops needs to trust no type beyond BertVectorizer.
             state["_sentence"] = dataclasses.asdict(state["_sentence"])
         return state
 
     def __setstate__(self, state):
         files = state.pop("_files", None)
-        revision = state.pop("_revision", state.get("revision"))
+        reference = state.pop("_reference", None)
+        settings = state.pop("_engine", None)
         if "_sentence" in state:
             state["_sentence"] = _loading.SentenceConfig(**state["_sentence"])
         super().__setstate__(state)
         if files is not None:
-            model, tokenizer = _persistence.load_model(files, self._torch_dtype)
+            model, tokenizer = _persistence.load_model(files, _engines.torch_dtype(
+                settings["backend"], settings["dtype"]))
             # Recomputed rather than trusted: cache keys must describe the weights in hand.
-            self._use(_loading.LoadedModel.of(model, tokenizer, self._sentence))
-        elif "_fingerprint" in state:
-            self._load_reference(revision)
+            loaded = _loading.LoadedModel.of(model, tokenizer, self._sentence)
+            self._use(_engines.Engine.of(loaded, settings))
+        elif reference is not None:
+            self._load_reference(reference, settings)
 
-    def _load_reference(self, revision):
+    def _load_reference(self, reference, settings):
         """Find the weights and tokenizer of a ``persist_weights=False`` pickle again, and
         check both against their fingerprints."""
-        loaded = self._load(revision, self._device())
-        _loading.check_reference(loaded, self._fingerprint, self._tokenizer_fingerprint,
-                                 os.fspath(self.model), revision, "BertVectorizer")
-        self._use(loaded)
+        source, revision = self._fit_params["model"], reference["revision"]
+        device = _engines.resolve_device(settings["backend"], self.device)
+        engine = _engines.load(source, revision, device, **settings)
+        _loading.check_reference(engine.loaded, reference["fingerprint"],
+                                 reference["tokenizer_fingerprint"], source, revision,
+                                 "BertVectorizer")
+        self._use(engine)

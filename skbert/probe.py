@@ -13,6 +13,7 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 
 from skbert import _threads
@@ -23,7 +24,6 @@ SIZES = (32, 64, 128, 256, 512, 1024, None)
 
 
 def _default_estimator():
-    from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -177,9 +177,18 @@ def _epochs(n_labels, batch_size=16):
     return int(min(40, max(3, -(-150 * batch_size // n_labels))))
 
 
+class _OneThreadLogisticRegression(LogisticRegression):
+    """A LogisticRegression that fits on one BLAS thread: the limit holds for the whole
+    process and may reach torch's matrix products (:mod:`skbert._threads`), so it opens
+    around this small fit alone."""
+
+    def fit(self, X, y, sample_weight=None):
+        with _threads.one_blas_thread():
+            return super().fit(X, y, sample_weight=sample_weight)
+
+
 def _strategies(model, n_labels, random_state):
     """:func:`learning_curve`'s default estimators for ``n_labels`` training texts."""
-    from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -189,7 +198,7 @@ def _strategies(model, n_labels, random_state):
     return {
         "frozen + logistic regression": make_pipeline(
             BertVectorizer(model, pooling="mean"), StandardScaler(),
-            LogisticRegression(max_iter=2000)),
+            _OneThreadLogisticRegression(max_iter=2000)),
         "LoRA": BertClassifier(model, freeze="lora", pooling="mean", max_epochs=epochs,
                                random_state=random_state),
         "full fine-tuning": BertClassifier(model, max_epochs=epochs, random_state=random_state),
@@ -217,15 +226,16 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None,
         Training-set sizes; None (or a size of at least ``len(X)``) is every
         text of ``X``.
     estimators : dict of str to estimator, or None, default=None
-        What to compare, by name, cloned for every fit and used as they are.
-        None compares three strategies on ``model``: "frozen + logistic
-        regression" (mean-pooled last-layer :class:`skbert.BertVectorizer`
-        features, cached, so encoded once for the whole curve; standardized;
-        ``LogisticRegression``), "LoRA" (:class:`skbert.BertClassifier` with
-        ``freeze="lora"``, mean pooling, its learning rate 2e-3) and "full
-        fine-tuning" (``BertClassifier``, 5e-5). The fine-tuning
-        ones run about 150 optimization steps of 16 texts or more: 40 epochs
-        for 32 labels, 3 from 800 labels on.
+        What to compare, by name, cloned for every fit and used as they are
+        (with the threads the process has). None compares three strategies
+        on ``model``: "frozen + logistic regression" (mean-pooled last-layer
+        :class:`skbert.BertVectorizer` features, cached, so encoded once for
+        the whole curve; standardized; ``LogisticRegression``, whose small
+        fits alone run on one BLAS thread), "LoRA"
+        (:class:`skbert.BertClassifier` with ``freeze="lora"``, mean pooling,
+        its learning rate 2e-3) and "full fine-tuning" (``BertClassifier``,
+        5e-5). The fine-tuning ones run about 150 optimization steps of 16
+        texts or more: 40 epochs for 32 labels, 3 from 800 labels on.
     scoring : str, callable or None, default=None
         A scikit-learn scorer; None uses each estimator's ``score``
         (accuracy for classifiers).
@@ -270,8 +280,7 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None,
         estimator = clone(estimators[name]) if estimators else \
             _strategies(model, n, random_state)[name]
         start = time.perf_counter()
-        with _threads.one_blas_thread():  # the logistic regression's small fits
-            estimator.fit(train, y_train)
+        estimator.fit(train, y_train)
         seconds.loc[n, name] = time.perf_counter() - start
         scores.loc[n, name] = check_scoring(estimator, scoring)(estimator, test_texts, y_test)
     scores.attrs.update(fit_seconds=seconds, scoring=scoring)

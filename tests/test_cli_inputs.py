@@ -291,6 +291,43 @@ def test_resume_refused_when_the_tokenizer_changed(tiny_model_dir, tmp_path, mon
                      r"-> '\w+'\)", one_line_error(capsys))
 
 
+def test_a_failed_parquet_merge_leaves_no_partial_output(tmp_path):
+    pytest.importorskip("pyarrow")
+    output = tmp_path / "out.parquet"
+    writer = _cli_files.ParquetWriter(output, 3, ["f0", "f1"])
+    writer.create()
+    writer.write(0, np.ones((2, 2), np.float32))
+    with pytest.raises(_cli_files.CommandError, match=r"'.*out\.parquet\.parts' holds 2 rows, "
+                                                      r"expected 3; run without --resume"):
+        writer.finish()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.parquet.parts"]
+    assert [path.name for path in writer.parts.iterdir()] == ["part-000000000000.parquet"]
+
+
+def test_a_failed_progress_save_keeps_the_last_record(tmp_path):
+    progress = _cli_files.Progress(tmp_path / "out.npy", {"input": "in.txt", "texts": 2,
+                                                          "digest": "d"}, {"--layer": -1})
+    progress.save()
+    saved = progress.path.read_text()
+    progress.record["settings"]["--layer"] = object()  # no JSON for it: the dump fails midway
+    with pytest.raises(TypeError, match="Object of type object is not JSON serializable"):
+        progress.save()
+    assert [path.name for path in tmp_path.iterdir()] == ["out.npy.progress.json"]
+    assert progress.path.read_text() == saved
+
+
+def test_the_row_index_is_written_whole_or_not_at_all(tmp_path):
+    rows = tmp_path / "out.npy.rows.npy"
+    _cli_files.write_row_index(rows, iter(range(0, 200_000, 2)), 100_000)  # blocks of 65,536
+    np.testing.assert_array_equal(np.load(rows), np.arange(0, 200_000, 2))
+    with pytest.raises(_cli_files.CommandError, match=r"the input changed while it was read: 2 "
+                                                      r"texts now, 3 before; '.*rows\.npy' is not "
+                                                      r"written"):
+        _cli_files.write_row_index(rows, iter([4, 7]), 3)
+    assert [path.name for path in tmp_path.iterdir()] == ["out.npy.rows.npy"]
+    assert len(np.load(rows)) == 100_000  # the last one written
+
+
 # --- line ends ---------------------------------------------------------------------------------
 
 # A lone "\r" is inside a text; "\n" and "\r\n" end lines; a last line may lack its end.

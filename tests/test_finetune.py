@@ -208,7 +208,7 @@ def test_fine_tuning_never_modifies_the_shared_model(tiny_model_dir, multiclass)
     clf = BertClassifier(tiny_model_dir, device="cpu", max_epochs=1).fit(X, y)
     assert clf.model_ is not shared.model
     assert changed(state(shared.model), state(clf.model_))  # the copy trained
-    assert _loading.weights_fingerprint(shared.model) == shared.fingerprint
+    assert _loading.model_fingerprint(shared.model) == shared.fingerprint
     np.testing.assert_array_equal(clone(vectorizer).set_params(cache=False).fit().transform(X),
                                   expected)
 
@@ -325,6 +325,33 @@ def test_pickle_carries_tuned_weights_and_loads_on_a_cpu_only_machine(classifier
         reloaded = pickle.loads(payload)
         assert str(next(reloaded.model_.parameters()).device) == "cpu"
         np.testing.assert_array_equal(reloaded.predict_proba(X), classifier.predict_proba(X))
+
+
+# Set after a fit, none of these changes a prediction until the next fit.
+SET_SINCE = {"layer": 0, "pooling": "max", "max_length": 4, "truncation": "tail",
+             "dtype": "bfloat16"}
+
+
+def test_predictions_and_pickles_read_the_fit_not_parameters_set_since(classifier, multiclass):
+    X, _ = multiclass
+    expected = classifier.predict_proba(X)
+    clf = pickle.loads(pickle.dumps(classifier)).set_params(freeze="all", **SET_SINCE)
+    np.testing.assert_array_equal(clf.predict_proba(X), expected)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(clf)).predict_proba(X), expected)
+
+
+def test_a_light_pickle_of_a_fine_tuned_encoder_is_refused(tiny_model_dir, multiclass):
+    X, y = multiclass
+    message = (r"persist_weights=False pickles a reference to the base model, which a fit with "
+               r"freeze=None changes by training it: fit with freeze='all' or 'lora', or use "
+               r"persist_weights=True")
+    with pytest.raises(ValueError, match=message):
+        BertClassifier(tiny_model_dir, persist_weights=False, max_epochs=1).fit(X, y)
+    tuned = BertClassifier(tiny_model_dir, max_epochs=1).fit(X, y)
+    # Set after the fit: what trained decides, not the freeze set since.
+    tuned.set_params(freeze="all", persist_weights=False)
+    with pytest.raises(ValueError, match=message):
+        pickle.dumps(tuned)
 
 
 def test_unfitted_pickle_is_small(tiny_model_dir):

@@ -43,6 +43,15 @@ def test_missing_values_and_wrong_shapes_are_named(vectorizer, bad, message):
         vectorizer.transform(bad)
 
 
+def test_a_lazy_frame_is_refused_until_collected(vectorizer, texts):
+    lazy = pl.LazyFrame({"text": texts})
+    with pytest.raises(ValueError, match=r"Iterable over raw text documents expected, polars "
+                                         r"LazyFrame object received: it holds no rows until it "
+                                         r"is computed\. Call \.collect\(\) on it first\."):
+        vectorizer.transform(lazy)
+    np.testing.assert_array_equal(vectorizer.transform(lazy.collect()), vectorizer.transform(texts))
+
+
 def test_set_output_polars(vectorizer, texts):
     out = vectorizer.set_output(transform="polars").transform(pl.Series(texts))
     assert isinstance(out, pl.DataFrame) and out.shape == (len(texts), vectorizer._n_features_out)

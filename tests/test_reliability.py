@@ -6,6 +6,7 @@ import re
 import shutil
 import threading
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from sklearn import clone
 
 import skbert
-from skbert import BertVectorizer, _cache
+from skbert import BertVectorizer, _cache, _exports
 
 HOSTILE = [
     "", " ", "\t\n\r ", "\x00", "a\x00b", "\x07\x1b[31mred\x1b[0m", "\u202eevil\u202c",
@@ -129,21 +130,31 @@ def test_hub_id_without_network_is_named():
         BertVectorizer("no-such-org/no-such-model").fit()
 
 
-def test_remote_code_is_never_trusted(tiny_model_dir, monkeypatch):
+def test_remote_code_is_never_trusted(tiny_model_dir, tmp_path, monkeypatch):
     import transformers
 
-    seen = []
-    original = transformers.AutoModel.from_pretrained
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("trust_remote_code", False))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", spy)
     from skbert import _loading
 
-    _loading.from_pretrained(tiny_model_dir, None, "float32")
-    assert seen == [False]
+    calls = []  # (kind, the trust_remote_code skbert passed)
+
+    def spy(kind):
+        real = getattr(transformers, kind)
+
+        def from_pretrained(*args, **kwargs):
+            calls.append((kind, kwargs.get("trust_remote_code", "not given")))
+            return real.from_pretrained(*args, **kwargs)
+
+        return SimpleNamespace(from_pretrained=from_pretrained)
+
+    for kind in ("AutoTokenizer", "AutoModel", "AutoConfig"):
+        # Replaced on the package only: transformers' own calls inside stay unspied.
+        monkeypatch.setattr(transformers, kind, spy(kind))
+    for _ in range(2):  # loaded, then recalled from its record: tokenizer and config only
+        monkeypatch.setattr(_loading, "_shared", {})
+        _loading.load(tiny_model_dir, None, "float32", "cpu",
+                      records=_exports.Records(tmp_path))
+    assert {kind for kind, _ in calls} == {"AutoTokenizer", "AutoModel", "AutoConfig"}
+    assert all(trusted is False for _, trusted in calls), calls
 
 
 def test_skops_round_trip_with_skbert_types_trusted(tiny_model_dir, texts):
@@ -169,38 +180,38 @@ FAULT_TEXTS = ["the cat sat on the mat", "a big red dog runs fast", "good", "",
                "what is the long river in the country ?", "who ran ? where ! when ..."]
 
 
-def _open_inside(directory, patch, code=None):
-    """Patch os.open: in ``directory`` it raises ``code``, or with None records the fds."""
-    original, opened = os.open, set()
+def _open_inside(directory, patch, opened):
+    """Patch os.open: in ``directory`` it is ``opened(path, the real os.open, flags, ...)``."""
+    original = os.open
 
-    def guarded(path, *args, **kwargs):
-        inside = os.fspath(path).startswith(os.fspath(directory))
-        if inside and code is not None:
-            raise OSError(code, os.strerror(code), os.fspath(path))
-        handle = original(path, *args, **kwargs)
-        if inside:
-            opened.add(handle)
-        return handle
+    def guarded(path, flags, *args, **kwargs):
+        if not os.fspath(path).startswith(os.fspath(directory)):
+            return original(path, flags, *args, **kwargs)
+        return opened(path, original, flags, *args, **kwargs)
 
     patch.setattr(os, "open", guarded)
-    return opened
 
 
 def _read_only(vectorizer, directory, patch):
-    _open_inside(directory, patch, errno.EROFS)  # chmod would not stop root
+    def refuse(path, *_):  # chmod would not stop root
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    _open_inside(directory, patch, refuse)
     return errno.EROFS, None
 
 
 def _full_disk(vectorizer, directory, patch):
-    opened, original = _open_inside(directory, patch), os.write
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full, whose writes fail with ENOSPC")
 
-    def write(handle, data):
-        if handle not in opened:
-            return original(handle, data)
-        original(handle, bytes(data)[:10])  # a torn write, then no space
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def onto_a_full_disk(path, original, flags, *args, **kwargs):
+        handle = original(path, flags, *args, **kwargs)  # the file is made, its writes fail
+        full = original("/dev/full", os.O_WRONLY)
+        os.dup2(full, handle)
+        os.close(full)
+        return handle
 
-    patch.setattr(os, "write", write)
+    _open_inside(directory, patch, onto_a_full_disk)
     return errno.ENOSPC, None
 
 

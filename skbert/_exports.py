@@ -1,0 +1,487 @@
+"""The CPU engines' graphs: conversion, its check against torch, exports and compiled graphs.
+
+An export is the encoder of one model cut after one layer, converted (and
+quantized) for OpenVINO or ONNX Runtime, kept in :func:`export_dir` under a
+key that names everything its outputs depend on, with a checksum of each file,
+so that a second process or a clone loads it instead of converting again.
+:class:`Records` keeps, beside the exports, the fingerprints of the models
+converted, so that a process whose exports are stored needs no torch weights.
+What is written there is written atomically with modes from the umask
+(:mod:`skbert._files`): a directory shared by several users works for each; one
+that cannot be written costs one warning, and the converted model runs from
+memory.
+
+Nothing here changes process-wide state while converting (standard output,
+warning filters, logger levels): the records that a conversion logs and nobody
+needs are filtered for the converting thread only, and conversions of one key
+wait for each other while every other engine runs on.
+"""
+
+import contextlib
+import copy
+import functools
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from skbert import _files, _loading
+
+# Raise it when the files of an export or a record change: those of another version are
+# not found, and converted again.
+EXPORT_FORMAT = "skbert-export-v3"
+_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# Compiled graphs kept in memory (least recently used first out): a grid over layers with
+# cache=False compiles one per depth; an evicted one loads again from its export.
+MAX_GRAPHS = 8
+
+
+@functools.cache
+def package_versions(*packages):
+    """``{package: installed version}``."""
+    from importlib.metadata import version
+
+    return {package: version(package) for package in packages}
+
+
+def export_dir():
+    """``SKBERT_EXPORT_DIR``, or ``skbert/exports`` in the user cache directory."""
+    configured = os.environ.get("SKBERT_EXPORT_DIR")
+    if configured:
+        return Path(os.path.expanduser(configured))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "skbert" / "exports"
+
+
+class Records:
+    """Fingerprints of the models the CPU engines ran, one JSON file per set of model files
+    (a digest of config.json and the weight files), so that a process whose exports are
+    stored reads only config and tokenizer; the weights load on first use, checked against
+    the recorded fingerprint. A record that is missing, damaged or not writable costs a
+    load, never a result."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def find(self, source, revision, dtype, device, stamp):
+        files = _files_digest(source, revision, dtype)
+        try:
+            facts = json.loads((self.folder / f"{files}.json").read_text())
+        except (OSError, ValueError, TypeError):
+            return None
+        if not (files and isinstance(facts, dict) and facts.get("files") == files
+                and isinstance(facts.get("fingerprint"), str)
+                and re.fullmatch("[0-9a-f]{32}", facts["fingerprint"])
+                and isinstance(facts.get("has_pooler"), bool)):
+            return None  # damaged or foreign: the model is loaded and the record written again
+        fingerprint = facts["fingerprint"]
+
+        def checked_model():
+            model = _loading.load_model(source, revision, dtype)
+            found = _loading.model_fingerprint(model)
+            if found != fingerprint:  # saved over since, or a wrong record
+                raise ValueError(f"The weights of {source!r} changed since they were "
+                                 f"fingerprinted {fingerprint}: found {found}. Fit again to "
+                                 "use the current model.")
+            return model.to(device)
+
+        return _loading.without_weights(source, revision, fingerprint, facts["has_pooler"],
+                                        stamp, checked_model)
+
+    def write(self, source, revision, dtype, loaded):
+        """Record the fingerprint of the files as read now (a hub model: downloaded)."""
+        files = _files_digest(source, revision, dtype)
+        if files is None:
+            return
+        facts = {"files": files, "fingerprint": loaded.fingerprint,
+                 "has_pooler": loaded.has_pooler}
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with _files.atomic_file(self.folder / f"{files}.json", text=True) as file:
+                json.dump(facts, file)
+        except OSError as exc:
+            _cannot_write(exc, "the next process loads the model's weights again")
+
+
+def _files_digest(source, revision, dtype):
+    """A digest of what loading ``source`` in ``dtype`` reads into the model: config.json and
+    the weight files (the safetensors ones where there are any, as transformers prefers
+    them), with the record format and the versions of torch and transformers; None when
+    they cannot be read."""
+    folder = source if os.path.isdir(source) else _hub_folder(source, revision)
+    try:
+        names = sorted(os.listdir(folder)) if folder else []
+        weights = ([name for name in names if name.endswith(".safetensors")]
+                   or [name for name in names if name.endswith(".bin")])
+        if "config.json" not in names or not weights:
+            return None
+        files = hashlib.sha256()  # the fastest of hashlib's where CPUs have SHA instructions
+        files.update(json.dumps([EXPORT_FORMAT, dtype,
+                                 package_versions("torch", "transformers")]).encode())
+        for name in ["config.json", *weights, *(n for n in names if n.endswith(".index.json"))]:
+            files.update(name.encode() + b"\0")
+            with open(os.path.join(folder, name), "rb") as file:
+                while block := file.read(1 << 20):
+                    files.update(block)
+    except OSError:
+        return None
+    return files.hexdigest()[:32]
+
+
+def _hub_folder(source, revision):
+    """The local snapshot folder of a hub model, resolved as transformers resolves it."""
+    from transformers.utils import cached_file
+
+    path = cached_file(source, "config.json", revision=revision,
+                       _raise_exceptions_for_missing_entries=False,
+                       _raise_exceptions_for_connection_errors=False)
+    return None if path is None else os.path.dirname(path)
+
+
+_graphs = {}  # export key -> compiled graph, least recently used first
+_converting = {}  # export key -> the lock of its conversion, while one runs
+_registry = threading.Lock()  # guards the two dicts only: never held through a conversion
+
+
+def graph(engine, depth, states, pooler):
+    """The compiled graph of ``engine``'s model cut after layer ``depth``: a callable from
+    model inputs to ``({layer: hidden states}, pooler output or None)`` as torch tensors.
+
+    Converted from a private copy of the torch model on first use and stored
+    in :func:`export_dir`, keyed by everything that decides its outputs; loaded
+    from there afterwards (without the torch model). Conversions of one key
+    wait for each other; other keys, converting or converted, do not wait.
+    """
+    key = digest(json.dumps([EXPORT_FORMAT, engine.loaded.fingerprint, engine.tag, depth,
+                              list(states), pooler]))
+    while True:
+        with _registry:
+            found = _graphs.get(key)
+            if found is not None:
+                _graphs[key] = _graphs.pop(key)  # the most recently used now
+                return found
+            lock = _converting.setdefault(key, threading.Lock())
+        with lock:
+            with _registry:
+                if key in _graphs or _converting.get(key) is not lock:
+                    continue  # another thread finished it meanwhile
+            try:
+                found = _Compiled(engine.backend, engine.dtype, _artifact(key, engine, depth,
+                                                                          states, pooler),
+                                  states, pooler)
+            finally:
+                with _registry:
+                    _converting.pop(key, None)
+            with _registry:
+                _graphs[key] = found
+                while len(_graphs) > MAX_GRAPHS:
+                    del _graphs[next(iter(_graphs))]
+            return found
+
+
+class _Compiled:
+    """A compiled OpenVINO model or an ONNX Runtime session, called by one thread at a time.
+
+    Made from an export directory, or from the converted model in memory
+    (an ``openvino.Model``, or the bytes of an ONNX file).
+    """
+
+    def __init__(self, backend, dtype, artifact, states, pooler):
+        self.backend, self.states, self.pooler = backend, list(states), pooler
+        self._lock = threading.Lock()
+        if backend == "openvino":
+            import openvino
+
+            hint = "bf16" if dtype == "bfloat16" else "f32"  # int8: f32 around the int8 ops
+            core = openvino.Core()
+            model = core.read_model(artifact / "model.xml") if isinstance(artifact, Path) \
+                else artifact
+            self._model = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": hint})
+            self._names = {port.any_name for port in self._model.inputs}
+        else:
+            import onnxruntime
+
+            model = str(artifact / "model.onnx") if isinstance(artifact, Path) else artifact
+            self._model = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+            self._names = {node.name for node in self._model.get_inputs()}
+
+    def __call__(self, inputs):
+        import torch
+
+        feed = {name: inputs[name].numpy() for name in self._names}
+        with self._lock:
+            if self.backend == "openvino":
+                results = self._model(feed)
+                outputs = [np.array(results[index]) for index in range(len(results))]
+            else:
+                outputs = self._model.run(None, feed)
+        tensors = [torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+                   for out in outputs]
+        hidden = dict(zip(self.states, tensors))
+        return hidden, tensors[-1] if self.pooler else None
+
+
+def _artifact(key, engine, depth, states, pooler):
+    """The export ``key``: its verified directory, or the model converted now (and stored
+    where it can be: a directory that cannot be written costs a warning, not the result)."""
+    target = export_dir() / key
+    if target.is_dir():
+        problem = _verify(target)
+        if problem is None:
+            return target
+        warnings.warn(f"skbert's export {str(target)!r} is damaged ({problem}): converting the "
+                      "model again.", RuntimeWarning, stacklevel=7)
+    converted = _convert(engine, depth, states, pooler)
+    try:
+        _store(target, engine.backend, converted)
+    except OSError as exc:
+        _cannot_write(exc, "converted models run from memory, and the next process converts "
+                           "them again")
+    return converted
+
+
+_unwritable = set()  # (export directory, error) already warned of in this process
+
+
+def _cannot_write(exc, consequence):
+    """Warn, once per process, export directory and kind of error, that the export directory
+    cannot be written (read-only, full, another user's): what it would have saved is lost,
+    nothing computed is."""
+    root = export_dir()
+    if (root, type(exc), exc.errno) in _unwritable:
+        return
+    _unwritable.add((root, type(exc), exc.errno))
+    warnings.warn(f"skbert cannot write to its export directory {str(root)!r} ({exc}): "
+                  f"{consequence}. Set SKBERT_EXPORT_DIR to a writable directory to keep "
+                  "them.", RuntimeWarning, stacklevel=3)
+
+
+def _store(target, backend, converted):
+    """Write a converted model and its manifest of checksums into ``target``, atomically.
+
+    An export that another process stored meanwhile is kept when it verifies,
+    replaced when it does not.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(2):
+        with _files.staged_directory(target) as staged:
+            if backend == "openvino":
+                import openvino
+
+                try:
+                    openvino.save_model(converted, staged.path / "model.xml",
+                                        compress_to_fp16=False)
+                except RuntimeError as exc:  # OpenVINO's own type for a failed write
+                    raise OSError(str(exc)) from exc
+            else:
+                (staged.path / "model.onnx").write_bytes(converted)
+            manifest = {path.name: _file_digest(path) for path in staged.path.iterdir()}
+            (staged.path / "manifest.json").write_text(json.dumps(manifest))
+        if staged.placed or _verify(target) is None:
+            return
+        if attempt == 0:
+            shutil.rmtree(target)  # damaged: ours replaces it (another user's: an OSError)
+
+
+def _verify(directory):
+    """What is wrong with an export directory, in words; None if nothing."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+        for name, expected in manifest.items():
+            if _file_digest(directory / name) != expected:
+                return f"{name} does not match its checksum"
+    except (OSError, ValueError, AttributeError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+# Tolerance of the conversion check on every hidden state, relative to the largest magnitude
+# of the output (absolute below 1), as the documentation states it. Measured on
+# all-MiniLM-L6-v2 (6 layers) at 512 tokens: OpenVINO 1.6e-5, ONNX Runtime 2.5e-5 (pooled
+# features stay within 1e-6); at 7 tokens 5e-7. The error grows with depth and length:
+# room for 24-layer models at their limit.
+TOLERANCE = 1e-4
+
+
+def _convert(engine, depth, states, pooler):
+    """Convert (and quantize) a private copy of ``engine``'s model cut after ``depth``: an
+    ``openvino.Model``, or the bytes of an ONNX file.
+
+    The float32 conversion is checked against torch first, on padded batches
+    of every length up to the model's limit (the window any setting reads: a
+    sliding-window mask or position buckets change with length), output by
+    output: an architecture that an engine converts into something else is
+    refused rather than served.
+    """
+    import torch
+
+    from skbert._encoding import TOKENIZER_LOCK, shallow_view
+
+    loaded, backend = engine.loaded, engine.backend
+    model, tokenizer = loaded.model, loaded.tokenizer
+    # A private copy: exporting traces the module, and a traced shared model was seen to give
+    # other outputs afterwards.
+    private = copy.deepcopy(model).float().cpu().eval()
+    module = _module(shallow_view(private, depth), states, pooler)
+    limit = int(min(tokenizer.model_max_length,
+                    getattr(model.config, "max_position_embeddings", tokenizer.model_max_length)))
+
+    def inputs(rows):
+        with TOKENIZER_LOCK:
+            padded = tokenizer.pad({"input_ids": rows}, return_tensors="np")
+        # In the order of the graph's arguments: the ONNX export passes them by position.
+        names = [name for name in _INPUT_NAMES if name in tokenizer.model_input_names]
+        padded["attention_mask"] = padded["attention_mask"].astype(np.int64)
+        if "token_type_ids" in names:
+            padded["token_type_ids"] = np.zeros_like(padded["input_ids"])
+        return {name: padded[name].astype(np.int64) for name in names}
+
+    with TOKENIZER_LOCK:
+        words = tokenizer(" ".join(["the cat sat on a mat near 42 doors"] * limit),
+                          truncation=True, max_length=limit)["input_ids"]
+        calibration = None if engine.calibration is None else tokenizer(
+            list(engine.calibration), truncation=True, max_length=limit)["input_ids"]
+
+    def rows(lengths):  # the special tokens of both ends around the first text tokens
+        return [words[:length - 1] + words[-1:] for length in lengths]
+
+    samples = None if calibration is None else [inputs([ids]) for ids in calibration]
+    example = inputs(rows([8, 12]))
+    checks = [inputs(rows([limit, limit // 2, min(limit, 130), 3])), inputs(rows([7]))]
+    try:
+        with torch.inference_mode(False), torch.no_grad(), _this_thread_quiet():
+            expected = [[output.numpy() for output in module(
+                **{name: torch.as_tensor(values) for name, values in check.items()})]
+                for check in checks]
+            if backend == "openvino":
+                return _convert_openvino(module, example, checks, expected, samples)
+            return _convert_onnx(module, example, checks, expected)
+    except (ImportError, OSError, MemoryError):
+        raise
+    except Exception as exc:  # the converters raise types of their own
+        raise ValueError(f"backend={backend!r} cannot convert {type(model).__name__} "
+                         f"({type(exc).__name__}: {exc}); use backend='torch' for it.") from exc
+
+
+def _module(model, states, pooler):
+    """The torch module that the engines convert: the model inputs by name in, the hidden
+    states of ``states`` (and the pooler output) out, as a tuple."""
+    import torch
+
+    class Graph(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                 output_hidden_states=True, **extra)
+            chosen = [outputs.hidden_states[layer] for layer in states]
+            if pooler:
+                chosen.append(outputs.pooler_output)
+            return tuple(chosen)
+
+    return Graph().eval()
+
+
+def _check(run, checks, expected):
+    """Refuse a conversion whose float32 outputs are not torch's: every output of every
+    check batch within :data:`TOLERANCE`, relative to the output's scale."""
+    for check, wanted in zip(checks, expected):
+        got = run(check)
+        if len(got) != len(wanted):
+            raise ValueError(f"it returns {len(got)} outputs where torch returns {len(wanted)}")
+        for index, (new, old) in enumerate(zip(got, wanted)):
+            error = np.abs(np.asarray(new) - old).max() / max(1.0, np.abs(old).max())
+            if not error <= TOLERANCE:  # NaN fails too
+                raise ValueError(f"its output {index} differs from torch's by {error:.3g} "
+                                 f"(relative) on a padded batch of {old.shape[1]} tokens")
+
+
+def _convert_openvino(module, example, checks, expected, samples):
+    import openvino
+
+    converted = openvino.convert_model(module, example_input=example)
+    compiled = openvino.Core().compile_model(converted, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+
+    def run(check):
+        results = compiled({port.any_name: check[port.any_name] for port in compiled.inputs})
+        return [results[index] for index in range(len(results))]
+
+    _check(run, checks, expected)
+    if samples is None:
+        return converted
+    import nncf
+
+    return nncf.quantize(converted, nncf.Dataset(samples), model_type=nncf.ModelType.TRANSFORMER,
+                         subset_size=len(samples))
+
+
+def _convert_onnx(module, example, checks, expected):
+    import onnxruntime
+    import torch
+
+    names = list(example)
+    buffer = io.BytesIO()
+    torch.onnx.export(module, tuple(torch.as_tensor(example[name]) for name in names), buffer,
+                      input_names=names, dynamo=False,
+                      dynamic_axes={name: {0: "batch", 1: "tokens"} for name in names})
+    session = onnxruntime.InferenceSession(buffer.getvalue(),
+                                           providers=["CPUExecutionProvider"])
+    _check(lambda check: session.run(None, {node.name: check[node.name]
+                                            for node in session.get_inputs()}),
+           checks, expected)
+    return buffer.getvalue()
+
+
+class _ThisThread(logging.Filter):
+    """Drops the records below ``level`` that one thread logs."""
+
+    def __init__(self, level):
+        super().__init__()
+        self.thread, self.level = threading.get_ident(), level
+
+    def filter(self, record):
+        return record.thread != self.thread or record.levelno >= self.level
+
+
+# What a conversion logs and nobody needs: NNCF logs each step at INFO level; transformers
+# warns, while the model is traced, of a loss_type that an encoder does not have.
+_QUIET = {"nncf": logging.WARNING, "transformers": logging.ERROR}
+
+
+@contextlib.contextmanager
+def _this_thread_quiet():
+    """Hide :data:`_QUIET` records for this thread only: filters on the loggers rather than
+    their levels, so that other threads log as before. Warnings (the tracer's) are left to
+    show: hiding them would need the process-wide warning filters, and the check at every
+    length is what answers them."""
+    filters = {name: _ThisThread(level) for name, level in _QUIET.items()}
+    for name, quiet in filters.items():
+        logging.getLogger(name).addFilter(quiet)
+    try:
+        yield
+    finally:
+        for name, quiet in filters.items():
+            logging.getLogger(name).removeFilter(quiet)
+
+
+def digest(text):
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _file_digest(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
