@@ -12,6 +12,7 @@ from skbert._cache import clear_cache, set_cache_limit
 from skbert._finetune import BertClassifier, BertRegressor
 from skbert._search import PairSimilarity, SimilaritySearch
 from skbert._vectorizer import BertVectorizer
+from skbert._word_vectorizer import BertWordVectorizer
 
 try:  # the installed distribution's version: one number, in pyproject.toml
     __version__ = importlib.metadata.version("skbert")
@@ -22,6 +23,7 @@ __all__ = [
     "BertClassifier",
     "BertRegressor",
     "BertVectorizer",
+    "BertWordVectorizer",
     "PairSimilarity",
     "SimilaritySearch",
     "__version__",

@@ -9,14 +9,17 @@ take text input.
 """
 
 import copy
+import dataclasses
 import os
 from numbers import Integral
 
 import numpy as np
 
-from skbert import _loading
+from skbert import _cache, _engines, _loading, _persistence
 from skbert._compat import Interval, StrOptions
 from skbert._encoding import text_budget
+from skbert._features import Layout, assemble
+from skbert._progress import progress_bar
 
 POOLING_NAMES = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
 
@@ -98,3 +101,179 @@ class EncoderMixin:
         tags.input_tags.string = True
         tags.input_tags.two_d_array = False
         return tags
+
+
+# Read at fit only: transform refuses to run after one of them changed (see BertVectorizer).
+FIT_PARAMETERS = ("model", "revision", "backend", "dtype", "calibration")
+
+
+class FeaturesMixin(EncoderMixin):
+    """What :class:`skbert.BertVectorizer` and :class:`skbert.BertWordVectorizer` share: the
+    engine that ``fit`` loads (:mod:`skbert._engines`), the parameters that only ``fit``
+    reads, the layers, the cached forward passes, and pickles of either weights or a
+    reference."""
+
+    _parameter_constraints: dict = {
+        **EncoderMixin._parameter_constraints,
+        "layer": [Integral, list, tuple, StrOptions({"all"})],
+        "layer_combine": [StrOptions({"mean", "sum", "concat"})],
+        "dtype": [StrOptions({*_loading.DTYPES, "int8"})],
+        "backend": [StrOptions(set(_engines.BACKENDS))],
+        "calibration": [None, StrOptions({"fit"}), list, tuple],
+        "cache": [bool, str, os.PathLike],  # not numpy bools: the code tests `is False`
+        "persist_weights": ["boolean"],
+    }
+
+    def _layers(self, pooling):
+        """``layer`` ("all", an index or a list of them) as indices, checked against the
+        model."""
+        n_states = self.n_layers_
+        layers = list(range(n_states)) if self.layer == "all" else self.layer
+        layers = [layers] if isinstance(layers, Integral) else list(layers)
+        accepted = (
+            f"use indices from {-n_states} to {n_states - 1} (0 is the embedding output), "
+            "a list of them, or 'all'"
+        )
+        return self._checked_layers(layers, accepted, pooling)
+
+    def _fit_engine(self, calibration_texts=None):
+        """Load the engine of the fit parameters (``calibration="fit"`` calibrates int8 on
+        ``calibration_texts``) and remember those parameters."""
+        _cache.check_cache(self.cache)
+        self._fit_params = self._fit_parameters()
+        self._use(_engines.load(os.fspath(self.model), self.revision, self._device(),
+                                self.backend, self.dtype, self.calibration, calibration_texts))
+        self._sentence = self._loaded.sentence  # what the folder says: pooling_, norm_, prompt_
+
+    def _use(self, engine):
+        self._engine, self.tokenizer_ = engine, engine.loaded.tokenizer
+        self.n_layers_ = engine.loaded.config.num_hidden_layers + 1
+
+    @property
+    def _loaded(self):
+        return self._engine.loaded
+
+    @property
+    def model_(self):
+        """The encoder; with a CPU engine, loaded on first use (see the class docstring).
+
+        Assigning another model fingerprints it anew: cache entries and
+        exports of the old one are not used for it.
+        """
+        if "_engine" not in self.__dict__:
+            raise AttributeError("model_")  # not fitted
+        return self._engine.model
+
+    @model_.setter
+    def model_(self, model):
+        self._engine = self._engine.with_model(model)
+
+    @property
+    def _config(self):
+        return self._loaded.config
+
+    @property
+    def _has_pooler(self):
+        return self._loaded.has_pooler
+
+    def _fit_parameters(self):
+        """The parameters of :data:`FIT_PARAMETERS` as they are now (``model`` as a str)."""
+        return {name: os.fspath(self.model) if name == "model" else getattr(self, name)
+                for name in FIT_PARAMETERS}
+
+    def _check_fit_parameters(self):
+        """Refuse a parameter that fit resolves when it was set to another value since."""
+        for name, value in self._fit_parameters().items():
+            fitted = self._fit_params[name]
+            if value != fitted:
+                raise ValueError(
+                    f"{name} was set to {value!r} after fit, which loaded {name}={fitted!r}: "
+                    f"{', '.join(FIT_PARAMETERS)} take effect at fit. Fit again to use it."
+                )
+
+    def _device(self):
+        """Where inference runs, resolved now (never written back)."""
+        return _engines.resolve_device(self.backend, self.device)
+
+    def _cached_features(self, keys, lengths, needed, cached, extraction, forward, groups=None):
+        """Features of every row of ``keys``: from the cache, or computed by ``forward`` for
+        the misses only.
+
+        ``needed`` are the parts that ``extraction`` reads, ``cached`` those a
+        cache entry holds (so that other settings are served from it);
+        ``forward(indices, layouts, progress, out)`` writes the records of
+        the rows ``indices``. ``groups`` keeps rows that share a forward pass
+        in one chunk (:func:`skbert._cache.window_features`).
+        """
+        hidden_size = self._config.hidden_size
+        if self.cache is False:
+            store, layouts = None, [Layout.of(needed, hidden_size)]
+        else:
+            store = _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
+            layouts = [Layout.of(cached, hidden_size)]
+            if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
+                layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
+        with progress_bar(self.verbose, total=len(set(keys)), desc=type(self).__name__,
+                          unit="window") as progress:
+            def compute(indices, out):
+                forward(indices, layouts, progress, out)
+
+            def assembled(records):
+                parts = {}
+                for layout, array in zip(layouts, records):
+                    parts.update(layout.parts(array, needed))
+                return assemble(parts, extraction)
+
+            return _cache.window_features(store, keys, lengths, layouts, compute, assembled,
+                                          self.batch_size, progress, groups)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = []
+        tags.target_tags.required = False
+        return tags
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())  # a copy: it may be the live __dict__
+        if "_engine" in state:
+            engine = state.pop("_engine")
+            tokenizer = state.pop("tokenizer_")
+            state["_engine"] = engine.settings
+            if self.persist_weights:
+                state["_files"] = _persistence.dump_model(engine.model, tokenizer)
+            else:  # a reference: where the weights are, which revision, and their fingerprints
+                state["_reference"] = {
+                    "revision": (getattr(engine.loaded.config, "_commit_hash", None)
+                                 or self._fit_params["revision"]),
+                    "fingerprint": engine.loaded.fingerprint,
+                    "tokenizer_fingerprint": engine.loaded.tokenizer_fingerprint}
+            # Builtins only, so that skops needs to trust no type beyond the estimator's.
+            state["_sentence"] = dataclasses.asdict(state["_sentence"])
+        return state
+
+    def __setstate__(self, state):
+        files = state.pop("_files", None)
+        reference = state.pop("_reference", None)
+        settings = state.pop("_engine", None)
+        if "_sentence" in state:
+            state["_sentence"] = _loading.SentenceConfig(**state["_sentence"])
+        super().__setstate__(state)
+        if files is not None:
+            model, tokenizer = _persistence.load_model(files, _engines.torch_dtype(
+                settings["backend"], settings["dtype"]))
+            # Recomputed rather than trusted: cache keys must describe the weights in hand.
+            loaded = _loading.LoadedModel.of(model, tokenizer, self._sentence)
+            self._use(_engines.Engine.of(loaded, settings))
+        elif reference is not None:
+            self._load_reference(reference, settings)
+
+    def _load_reference(self, reference, settings):
+        """Find the weights and tokenizer of a ``persist_weights=False`` pickle again, and
+        check both against their fingerprints."""
+        source, revision = self._fit_params["model"], reference["revision"]
+        device = _engines.resolve_device(settings["backend"], self.device)
+        engine = _engines.load(source, revision, device, **settings)
+        _loading.check_reference(engine.loaded, reference["fingerprint"],
+                                 reference["tokenizer_fingerprint"], source, revision,
+                                 type(self).__name__)
+        self._use(engine)

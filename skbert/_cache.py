@@ -410,7 +410,7 @@ def _first_time(store):
 
 
 def window_features(store, keys, lengths, layouts, compute, assemble, batch_size=1,
-                    progress=None):
+                    progress=None, groups=None):
     """Features of every window, each distinct window served by ``store`` or computed once.
 
     Parameters
@@ -433,6 +433,9 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
         Windows per forward pass: chunks hold a multiple of it.
     progress : tqdm or None
         Advanced by the hits (``compute`` advances it for the misses).
+    groups : ndarray of shape (n_windows,) or None
+        Rows of one group (the words of one sentence, which share one forward
+        pass) go to ``compute`` in one chunk, consecutive.
 
     Returns
     -------
@@ -443,21 +446,31 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
                           count=len(keys))
     distinct = list(first)
     window_of = np.unique(inverse, return_index=True)[1]  # the first window of each
-    order = np.argsort(-np.asarray(lengths)[window_of], kind="stable")
+    lengths = np.asarray(lengths)[window_of]
+    if groups is None:
+        order = np.argsort(-lengths, kind="stable")
+    else:  # longest first, each group's rows together
+        group_of = np.asarray(groups)[window_of]
+        order = np.lexsort((group_of, -lengths))
     chunk = CHUNK_BYTES // (4 * sum(layout.width for layout in layouts))
     chunk = max(batch_size, chunk - chunk % batch_size)
+    stops = [*range(chunk, len(order), chunk), len(order)] if len(order) else []
+    if groups is not None and stops:  # a chunk ends where a group does
+        grouped = group_of[order]
+        ends = np.flatnonzero(np.r_[grouped[1:] != grouped[:-1], True]) + 1
+        stops = sorted(set(ends[np.searchsorted(ends, stops)]))
     # One set of buffers for every chunk: fresh memory for each would cost page faults.
-    buffers = [np.empty((min(chunk, len(order)), layout.width), dtype=np.float32)
-               for layout in layouts]
+    longest = max(np.diff([0, *stops]), default=0)
+    buffers = [np.empty((longest, layout.width), dtype=np.float32) for layout in layouts]
     since = None if store is None else store.tick
     features, all_kept = None, True
 
     def entry(row, layout):
         return f"{distinct[row]}-{layout.tag}"
 
-    for start in range(0, len(order), chunk):
+    for start, stop in zip([0, *stops], stops):
         rows, hits = [], []
-        for row in order[start:start + chunk]:
+        for row in order[start:stop]:
             found = [None] if store is None else [store.get(entry(row, layout), layout.width,
                                                             since) for layout in layouts]
             if any(record is None for record in found):

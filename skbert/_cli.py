@@ -57,14 +57,16 @@ def positive_int(value):
     return number
 
 
-def _vectorizer(args, **overrides):
-    from skbert import BertVectorizer
+def _vectorizer(args, words=False, **overrides):
+    """The BertVectorizer of the options (a BertWordVectorizer with ``words``)."""
+    from skbert import BertVectorizer, BertWordVectorizer
 
     params = dict(model=args.model or DEFAULT_MODEL, max_length=args.max_length,
-                  truncation=args.truncation, batch_size=args.batch_size, device=args.device,
-                  dtype=args.dtype, backend=args.backend)
-    params.update(overrides)
-    return BertVectorizer(**params)
+                  batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+                  backend=args.backend)
+    if words:
+        return BertWordVectorizer(**params, **overrides)
+    return BertVectorizer(**params, truncation=args.truncation, **overrides)
 
 
 def embed(args):
@@ -187,14 +189,30 @@ def probe(args):
     matplotlib.use("Agg")
     from skbert.probe import layer_report, plot_layer_report
 
-    if args.label_column is None or args.text_column is None:
-        raise CommandError("probe needs --text-column and --label-column")
-    if Path(args.data).suffix.lower() not in (".csv", ".tsv", ".jsonl"):
-        raise CommandError(f"probe reads labelled .csv, .tsv or .jsonl files, got {args.data!r}")
-    texts, labels = read_examples(args.data, args.text_column, args.label_column, args.missing)
+    suffix = Path(args.data).suffix.lower()
+    if suffix == ".conllu":  # words and their UPOS tags: the token-level probe
+        from skbert.datasets._conllu import read_conllu
+
+        try:
+            samples, labels, groups, _ = read_conllu(args.data)
+        except OSError as exc:
+            raise CommandError(f"cannot read {args.data!r}: {exc}") from exc
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        vectorizer = _vectorizer(args, words=True)
+    elif suffix in (".csv", ".tsv", ".jsonl"):
+        if args.label_column is None or args.text_column is None:
+            raise CommandError("probe needs --text-column and --label-column")
+        samples, labels = read_examples(args.data, args.text_column, args.label_column,
+                                        args.missing)
+        groups, vectorizer = None, _vectorizer(args)
+    else:
+        raise CommandError(f"probe reads labelled .csv, .tsv or .jsonl files, or a CoNLL-U "
+                           f".conllu file (words and UPOS tags), got {args.data!r}")
     # One progress bar, over the report's cells: none for each cell's transform.
-    report = layer_report(_vectorizer(args), texts, labels, layers=args.layers,
-                          poolings=args.poolings, cv=args.cv, verbose=is_terminal(sys.stderr))
+    report = layer_report(vectorizer, samples, labels, layers=args.layers,
+                          poolings=args.poolings, cv=args.cv, verbose=is_terminal(sys.stderr),
+                          groups=groups)
     out = Path(args.out)
     table = out.with_suffix(".csv")
     report.round(4).to_csv(table)
@@ -202,8 +220,8 @@ def probe(args):
     ax.figure.savefig(out, dpi=120, bbox_inches="tight")
     layer, pooling = report.stack().idxmax()
     print(report.round(4).to_string())
-    print(f"best: layer={layer} pooling={pooling} score={report.loc[layer, pooling]:.4f} "
-          f"(wrote {out} and {table})")
+    print(f"best: layer={layer} {report.columns.name}={pooling} "
+          f"score={report.loc[layer, pooling]:.4f} (wrote {out} and {table})")
 
 
 def build_parser():
@@ -272,16 +290,19 @@ def build_parser():
     embed_parser.set_defaults(run=embed)
 
     probe_parser = commands.add_parser(
-        "probe", help="layer x pooling report of a labelled .csv/.tsv/.jsonl",
+        "probe", help="layer x pooling report of a labelled .csv/.tsv/.jsonl or a .conllu",
         description="Cross-validated score for every layer x pooling: heatmap PNG + CSV table.")
-    probe_parser.add_argument("data", help="labelled .csv, .tsv or .jsonl file")
+    probe_parser.add_argument("data", help="labelled .csv, .tsv or .jsonl file, or a CoNLL-U "
+                                           ".conllu file: its words, by UPOS tag, the words of "
+                                           "one sentence in one fold")
     probe_parser.add_argument("--text-column", help="column (or field) holding the text")
     probe_parser.add_argument("--label-column", help="column (or field) holding the label")
     probe_parser.add_argument("--layers", type=parse_layer, default="all",
                               help="comma list of ints or 'all' (default: all)")
-    probe_parser.add_argument("--poolings", type=lambda v: v.split(","), default=["cls", "mean",
-                                                                                   "max"],
-                              help="comma list (default: cls,mean,max)")
+    probe_parser.add_argument("--poolings", type=lambda v: v.split(","), default=None,
+                              help="comma list of poolings (default: cls,mean,max), or for a "
+                                   ".conllu file of subword poolings (default: mean,first,last,"
+                                   "first_last,max)")
     probe_parser.add_argument("--missing", choices=MISSING, default="error",
                               help="a missing text or label (an empty or absent cell, a field "
                                    "that is absent or null; a text that is not a string): "

@@ -266,9 +266,37 @@ def forward_parts(runner, tokenizer, windows, layouts, batch_size, progress=None
     Runtime): ``runner.encoder(depth, read, pooler)`` runs the encoder cut
     after the deepest layer that ``layouts`` read, and returns the hidden
     states of the layers read only. Records are computed on the runner's device
-    and each batch crosses to the CPU once, into arrays allocated up front. A
-    batch that runs out of GPU memory is split in two and retried, down to
-    single windows, with a warning.
+    and each batch crosses to the CPU once, into arrays allocated up front.
+    """
+    import torch
+
+    records = out or [np.empty((len(windows), layout.width), dtype=np.float32)
+                      for layout in layouts]
+
+    def write(batch, inputs, special, hidden, pooler_output):
+        rows = _as_slice(batch)
+        for layout, array in zip(layouts, records):
+            target = None
+            if rows is not None and runner.device.type == "cpu":  # straight into the rows
+                target = torch.from_numpy(array[rows])
+            computed = compute_parts(hidden, inputs["attention_mask"], special, pooler_output,
+                                     layout, target)
+            if target is None:
+                array[batch] = computed.cpu().numpy()
+        if progress is not None:
+            progress.update(len(batch))
+
+    run_batches(runner, tokenizer, windows, layouts, batch_size, write)
+    return records
+
+
+def run_batches(runner, tokenizer, windows, layouts, batch_size, write):
+    """Encode ``windows`` in length-sorted batches and hand each to ``write(batch, inputs,
+    special_mask, hidden_states, pooler_output)``, ``batch`` the window indices.
+
+    Only the encoder layers up to the deepest one that ``layouts`` read run,
+    and only the hidden states they read leave it. A batch that runs out of GPU
+    memory is split in two and retried, down to single windows, with a warning.
     """
     import torch
 
@@ -277,12 +305,10 @@ def forward_parts(runner, tokenizer, windows, layouts, batch_size, progress=None
     pooler = ("pooler",) in keys
     # At least one layer: some encoders (DeBERTa-v2) return nothing from an empty layer list.
     deepest = runner.config.num_hidden_layers if pooler or not read else max(1, *read)
-    encode, device = runner.encoder(deepest, read, pooler), runner.device
-    records = out or [np.empty((len(windows), layout.width), dtype=np.float32)
-                      for layout in layouts]
+    encode = runner.encoder(deepest, read, pooler)
 
     def run(batch):
-        inputs, special = _model_inputs(tokenizer, windows, batch, device)
+        inputs, special = _model_inputs(tokenizer, windows, batch, runner.device)
         try:
             hidden, pooler_output = encode(inputs)
         except torch.cuda.OutOfMemoryError:
@@ -292,26 +318,15 @@ def forward_parts(runner, tokenizer, windows, layouts, batch_size, progress=None
             torch.cuda.empty_cache()
             warnings.warn(f"Out of GPU memory on a batch of {len(batch)} windows: retrying it "
                           "in two halves. A smaller batch_size avoids the retries.",
-                          RuntimeWarning, stacklevel=4)
+                          RuntimeWarning, stacklevel=5)
             run(batch[:len(batch) // 2])
             run(batch[len(batch) // 2:])
             return
-        rows = _as_slice(batch)
-        for layout, array in zip(layouts, records):
-            target = None
-            if rows is not None and device.type == "cpu":  # straight into the numpy rows
-                target = torch.from_numpy(array[rows])
-            computed = compute_parts(hidden, inputs["attention_mask"], special, pooler_output,
-                                     layout, target)
-            if target is None:
-                array[batch] = computed.cpu().numpy()
-        if progress is not None:
-            progress.update(len(batch))
+        write(batch, inputs, special, hidden, pooler_output)
 
     with torch.inference_mode():
         for batch in length_sorted_batches(windows.lengths, batch_size):
             run(batch)
-    return records
 
 
 def _as_slice(indices):

@@ -3,7 +3,7 @@
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator, clone
+from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
@@ -269,7 +269,7 @@ def _faiss_index(unit_vectors):
     return index
 
 
-class PairSimilarity(BaseEstimator):
+class PairSimilarity(TransformerMixin, BaseEstimator):
     """Similarity of text pairs, scored by Spearman correlation: STS as a tunable estimator.
 
     ``GridSearchCV(PairSimilarity(BertVectorizer(...)), {"vectorizer__pooling":
@@ -277,11 +277,21 @@ class PairSimilarity(BaseEstimator):
     textual similarity; with BertVectorizer's cache each text is encoded once
     for the whole grid.
 
+    It is a transformer too: :meth:`transform` gives the similarity as one
+    feature column, so that a classifier after it learns a threshold for
+    labelled pairs (paraphrase or not) in ``make_pipeline(PairSimilarity(...),
+    LogisticRegression())``, which scikit-learn's
+    ``TunedThresholdClassifierCV`` can tune for a metric.
+
     Parameters
     ----------
     vectorizer : transformer
         Turns texts into vectors; cloned and fitted on every text of the pairs
         at ``fit`` (so learned post-processing such as whitening fits on them).
+        With a :class:`skbert.BertWordVectorizer`, a row of ``X`` is a pair of
+        word samples, ``((words1, i1), (words2, i2))`` or ``((text1, start1,
+        end1), (text2, start2, end2))``: the similarity of one word in two
+        contexts (WiC's sense check: same meaning or not).
     metric : {"cosine", "dot", "euclidean", "manhattan"}, default="cosine"
         Cosine similarity, inner product, or the negated Euclidean / Manhattan
         distance (so that higher always means more similar).
@@ -301,6 +311,8 @@ class PairSimilarity(BaseEstimator):
     >>> similar, unrelated = model.predict(pairs)
     >>> bool(similar > unrelated)
     True
+    >>> model.transform(pairs).shape
+    (2, 1)
     """
 
     _parameter_constraints: dict = {
@@ -312,8 +324,12 @@ class PairSimilarity(BaseEstimator):
         self.vectorizer = vectorizer
         self.metric = metric
 
-    @staticmethod
-    def _pairs(X):
+    def _pairs(self, X):
+        """Text pairs, or pairs of word samples where the vectorizer reads words."""
+        from skbert._word_vectorizer import BertWordVectorizer
+
+        if isinstance(self.vectorizer, BertWordVectorizer):
+            return _word_pairs(X)
         pairs = check_texts(X)
         if pairs and not isinstance(pairs[0], tuple):
             raise ValueError("PairSimilarity takes text pairs: a sequence of (text, text) tuples, "
@@ -363,6 +379,53 @@ class PairSimilarity(BaseEstimator):
         order = 2 if self.metric == "euclidean" else 1
         return -np.linalg.norm(left - right, ord=order, axis=1)
 
+    def transform(self, X):
+        """The similarity of each pair as one feature column (see :meth:`predict`).
+
+        Parameters
+        ----------
+        X : sequence of (str, str), (n, 2) array or two-column DataFrame
+
+        Returns
+        -------
+        similarities : ndarray of shape (n_pairs, 1), float32
+        """
+        return self.predict(X).astype(np.float32)[:, None]
+
+    def fit_transform(self, X, y=None):
+        """Fit on the pairs and give their similarities, reading ``X`` once.
+
+        Parameters
+        ----------
+        X : sequence of (str, str), (n, 2) array or two-column DataFrame
+        y : array-like of shape (n_pairs,) or None
+            Ignored by the fit.
+
+        Returns
+        -------
+        similarities : ndarray of shape (n_pairs, 1), float32
+        """
+        pairs = self._pairs(X)  # a generator is read once, for both steps
+        # predict, not the transform that set_output wraps: that would drop X's pandas index.
+        return self.fit(pairs, y).predict(pairs).astype(np.float32)[:, None]
+
+    def get_feature_names_out(self, input_features=None):
+        """The name of the one output feature: the metric, ``"neg_"`` before a distance.
+
+        Parameters
+        ----------
+        input_features : None
+            Ignored: the input is text pairs.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects, shape (1,)
+            ``["cosine"]``, ``["dot"]``, ``["neg_euclidean"]`` or ``["neg_manhattan"]``.
+        """
+        check_is_fitted(self)
+        distance = self.metric in ("euclidean", "manhattan")
+        return np.asarray([f"neg_{self.metric}" if distance else self.metric], dtype=object)
+
     def score(self, X, y):
         """Spearman rank correlation between the predicted similarities and ``y``.
 
@@ -386,3 +449,22 @@ class PairSimilarity(BaseEstimator):
         tags.input_tags.two_d_array = False
         tags.target_tags.required = False
         return tags
+
+
+def _word_pairs(X):
+    """Pairs of word samples, ``((words1, i1), (words2, i2))`` or ``((text1, s1, e1), (text2,
+    s2, e2))``, each side checked as :class:`skbert.BertWordVectorizer` checks samples."""
+    from skbert._words import check_words
+
+    if isinstance(X, (str, bytes)):
+        raise ValueError(f"PairSimilarity takes pairs of word samples; got {type(X).__name__}.")
+    rows = list(X)
+    for position, row in enumerate(rows):
+        if not (isinstance(row, (tuple, list)) and len(row) == 2):
+            raise ValueError(
+                f"Pair at index {position} is {type(row).__name__} ({row!r}): with a "
+                "BertWordVectorizer, PairSimilarity takes pairs of word samples, "
+                "((words1, i1), (words2, i2)) or ((text1, start1, end1), (text2, start2, end2))."
+            )
+    samples = check_words([side for row in rows for side in row])
+    return list(zip(samples[::2], samples[1::2]))

@@ -1,6 +1,5 @@
 """BertVectorizer: texts -> fixed-size BERT features, with extraction choices as hyperparameters."""
 
-import dataclasses
 import os
 from numbers import Integral
 
@@ -9,27 +8,21 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
-from skbert import _cache, _engines, _loading, _persistence
-from skbert._base import POOLING_NAMES, EncoderMixin
+from skbert import _cache
+from skbert._base import POOLING_NAMES, FeaturesMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import forward_parts, text_budget, tokenize
 from skbert._features import (
     Extraction,
-    Layout,
-    assemble,
     merge_windows,
     n_features,
     parts_for_cache,
     parts_needed,
 )
-from skbert._progress import progress_bar
 from skbert._validation import check_texts, is_one_pass
 
-# Read at fit only: transform refuses to run after one of them changed (see the docstring).
-FIT_PARAMETERS = ("model", "revision", "backend", "dtype", "calibration")
 
-
-class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderMixin,
+class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, TransformerMixin,
                      BaseEstimator):
     """Turn texts into fixed-size features with a BERT-family encoder.
 
@@ -231,9 +224,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     """
 
     _parameter_constraints: dict = {
-        **EncoderMixin._parameter_constraints,
-        "layer": [Integral, list, tuple, StrOptions({"all"})],
-        "layer_combine": [StrOptions({"mean", "sum", "concat"})],
+        **FeaturesMixin._parameter_constraints,
         "pooling": [StrOptions({*POOLING_NAMES, "auto"})],
         "include_special_tokens": ["boolean"],
         "norm": [StrOptions({"l1", "l2", "max", "auto"}), None],
@@ -242,11 +233,6 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
         "truncation": [StrOptions({"head", "tail", "head_tail", "chunks"})],
         "stride": [Interval(Integral, 0, None, closed="left")],
         "chunk_pooling": [StrOptions({"mean", "max", "weighted"})],
-        "dtype": [StrOptions({*_loading.DTYPES, "int8"})],
-        "backend": [StrOptions(set(_engines.BACKENDS))],
-        "calibration": [None, StrOptions({"fit"}), list, tuple],
-        "cache": [bool, str, os.PathLike],  # not numpy bools: the code tests `is False`
-        "persist_weights": ["boolean"],
     }
 
     def __init__(
@@ -324,61 +310,11 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
             X = check_texts(X)
         elif X is not None and not is_one_pass(X):
             check_texts(X)
-        _cache.check_cache(self.cache)
-        self._fit_params = self._fit_parameters()
-        self._use(_engines.load(os.fspath(self.model), self.revision, self._device(),
-                                self.backend, self.dtype, self.calibration, X))
-        self._sentence = self._loaded.sentence  # what the folder says: pooling_, norm_, prompt_
+        self._fit_engine(X)
         self._folder_setting("norm")
         self._width(self._extraction())
         self._window_length()
         return self
-
-    def _use(self, engine):
-        self._engine, self.tokenizer_ = engine, engine.loaded.tokenizer
-        self.n_layers_ = engine.loaded.config.num_hidden_layers + 1
-
-    @property
-    def _loaded(self):
-        return self._engine.loaded
-
-    @property
-    def model_(self):
-        """The encoder; with a CPU engine, loaded on first use (see the class docstring).
-
-        Assigning another model fingerprints it anew: cache entries and
-        exports of the old one are not used for it.
-        """
-        if "_engine" not in self.__dict__:
-            raise AttributeError("model_")  # not fitted
-        return self._engine.model
-
-    @model_.setter
-    def model_(self, model):
-        self._engine = self._engine.with_model(model)
-
-    def _fit_parameters(self):
-        """The parameters of :data:`FIT_PARAMETERS` as they are now (``model`` as a str)."""
-        return {name: os.fspath(self.model) if name == "model" else getattr(self, name)
-                for name in FIT_PARAMETERS}
-
-    def _check_fit_parameters(self):
-        """Refuse a parameter that fit resolves when it was set to another value since."""
-        for name, value in self._fit_parameters().items():
-            fitted = self._fit_params[name]
-            if value != fitted:
-                raise ValueError(
-                    f"{name} was set to {value!r} after fit, which loaded {name}={fitted!r}: "
-                    f"{', '.join(FIT_PARAMETERS)} take effect at fit. Fit again to use it."
-                )
-
-    @property
-    def _config(self):
-        return self._loaded.config
-
-    @property
-    def _has_pooler(self):
-        return self._loaded.has_pooler
 
     def _folder_setting(self, name):
         """``name`` ("pooling" or "norm") in use: the parameter, or what "auto" resolves to."""
@@ -468,47 +404,19 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
 
     def _window_features(self, runner, windows, extraction):
         """Features of every window: from the cache, or from forward passes of the misses only."""
-        needed = parts_needed(extraction)
-        hidden_size = self._config.hidden_size
-        if self.cache is False:
-            store, layouts = None, [Layout.of(needed, hidden_size)]
-        else:
-            store = _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
-            layouts = [Layout.of(parts_for_cache(self.n_layers_, self._has_pooler),
-                                 hidden_size)]
-            if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
-                layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
+        def forward(indices, layouts, progress, out):
+            forward_parts(runner, self.tokenizer_, windows.subset(indices), layouts,
+                          self.batch_size, progress, out)
+
         keys = _cache.window_keys(windows, self._loaded.fingerprint, self._engine.tag)
-        with progress_bar(self.verbose, total=len(set(keys)), desc="BertVectorizer",
-                          unit="window") as progress:
-            def compute(indices, out):
-                forward_parts(runner, self.tokenizer_, windows.subset(indices), layouts,
-                              self.batch_size, progress, out)
-
-            def assembled(records):
-                parts = {}
-                for layout, array in zip(layouts, records):
-                    parts.update(layout.parts(array, needed))
-                return assemble(parts, extraction)
-
-            return _cache.window_features(store, keys, windows.lengths, layouts, compute,
-                                          assembled, self.batch_size, progress)
-
-    def _device(self):
-        """Where inference runs, resolved now (never written back)."""
-        return _engines.resolve_device(self.backend, self.device)
+        return self._cached_features(keys, windows.lengths, parts_needed(extraction),
+                                     parts_for_cache(self.n_layers_, self._has_pooler),
+                                     extraction, forward)
 
     def _extraction(self):
         """The extraction setting, with layers checked against the model."""
-        n_states = self.n_layers_
-        layers = list(range(n_states)) if self.layer == "all" else self.layer
-        layers = [layers] if isinstance(layers, Integral) else list(layers)
-        accepted = (
-            f"use indices from {-n_states} to {n_states - 1} (0 is the embedding output), "
-            "a list of them, or 'all'"
-        )
-        layers = self._checked_layers(layers, accepted, self.pooling_)
-        return Extraction(layers, self.layer_combine, self.pooling_, self.include_special_tokens)
+        return Extraction(self._layers(self.pooling_), self.layer_combine, self.pooling_,
+                          self.include_special_tokens)
 
     def _window_length(self):
         """Tokens per window: ``max_length``, checked against the model's limit, the prompt
@@ -543,54 +451,3 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EncoderM
     @property
     def _n_features_out(self):
         return self._width(self._extraction())
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = []
-        tags.target_tags.required = False
-        return tags
-
-    def __getstate__(self):
-        state = dict(super().__getstate__())  # a copy: it may be the live __dict__
-        if "_engine" in state:
-            engine = state.pop("_engine")
-            tokenizer = state.pop("tokenizer_")
-            state["_engine"] = engine.settings
-            if self.persist_weights:
-                state["_files"] = _persistence.dump_model(engine.model, tokenizer)
-            else:  # a reference: where the weights are, which revision, and their fingerprints
-                state["_reference"] = {
-                    "revision": (getattr(engine.loaded.config, "_commit_hash", None)
-                                 or self._fit_params["revision"]),
-                    "fingerprint": engine.loaded.fingerprint,
-                    "tokenizer_fingerprint": engine.loaded.tokenizer_fingerprint}
-            # Builtins only, so that skops needs to trust no type beyond BertVectorizer.
-            state["_sentence"] = dataclasses.asdict(state["_sentence"])
-        return state
-
-    def __setstate__(self, state):
-        files = state.pop("_files", None)
-        reference = state.pop("_reference", None)
-        settings = state.pop("_engine", None)
-        if "_sentence" in state:
-            state["_sentence"] = _loading.SentenceConfig(**state["_sentence"])
-        super().__setstate__(state)
-        if files is not None:
-            model, tokenizer = _persistence.load_model(files, _engines.torch_dtype(
-                settings["backend"], settings["dtype"]))
-            # Recomputed rather than trusted: cache keys must describe the weights in hand.
-            loaded = _loading.LoadedModel.of(model, tokenizer, self._sentence)
-            self._use(_engines.Engine.of(loaded, settings))
-        elif reference is not None:
-            self._load_reference(reference, settings)
-
-    def _load_reference(self, reference, settings):
-        """Find the weights and tokenizer of a ``persist_weights=False`` pickle again, and
-        check both against their fingerprints."""
-        source, revision = self._fit_params["model"], reference["revision"]
-        device = _engines.resolve_device(settings["backend"], self.device)
-        engine = _engines.load(source, revision, device, **settings)
-        _loading.check_reference(engine.loaded, reference["fingerprint"],
-                                 reference["tokenizer_fingerprint"], source, revision,
-                                 "BertVectorizer")
-        self._use(engine)

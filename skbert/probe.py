@@ -16,7 +16,7 @@ from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 
-from skbert import _threads
+from skbert import _threads, _words
 
 __all__ = ["layer_report", "plot_layer_report", "learning_curve", "plot_learning_curve"]
 
@@ -31,23 +31,72 @@ def _default_estimator():
     return make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
 
 
-def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "max"),
-                 estimator=None, cv=5, scoring=None, n_jobs=None, verbose=False):
+def _grid(vectorizer, layers, poolings):
+    """The cells of a report on a fitted ``vectorizer``: its row and column labels, and per
+    cell ``(row, column, parameters to set on the vectorizer)``. The columns are values of
+    ``pooling``, or of ``subword_pooling`` for a :class:`skbert.BertWordVectorizer`."""
+    import pandas as pd
+
+    name = "subword_pooling" if _reads_words(vectorizer) else "pooling"
+    if poolings is None:
+        poolings = WORD_POOLINGS if name == "subword_pooling" else TEXT_POOLINGS
+    n_states = vectorizer.n_layers_
+    layer_list = list(range(n_states)) if layers == "all" else [int(i) for i in layers]
+    rows = [layer % n_states if -n_states <= layer < n_states else layer for layer in layer_list]
+    cells = [(row, pooling, {"layer": layer, name: pooling})
+             for row, layer in zip(rows, layer_list) for pooling in poolings]
+    return pd.Index(rows, name="layer"), pd.Index(list(poolings), name=name), cells
+
+
+# The columns of a report by default.
+TEXT_POOLINGS = ("cls", "mean", "max")
+WORD_POOLINGS = ("mean", "first", "last", "first_last", "max")
+
+
+def _reads_words(vectorizer):
+    from skbert._word_vectorizer import BertWordVectorizer
+
+    return isinstance(vectorizer, BertWordVectorizer)
+
+
+def _splitter(cv, estimator, y, groups):
+    """``cv``, or with ``groups`` and a number of folds, the group splitter that keeps each
+    group in one fold (stratified for a classifier, as ``check_cv`` would be without groups)."""
+    from sklearn.base import is_classifier
+    from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
+    from sklearn.utils.multiclass import type_of_target
+
+    if groups is None or not (cv is None or isinstance(cv, Integral)):
+        return cv
+    n_splits = 5 if cv is None else cv
+    if is_classifier(estimator) and type_of_target(y) in ("binary", "multiclass"):
+        return StratifiedGroupKFold(n_splits)
+    return GroupKFold(n_splits)
+
+
+def layer_report(vectorizer, X, y, *, layers="all", poolings=None, estimator=None, cv=5,
+                 scoring=None, n_jobs=None, verbose=False, groups=None):
     """Cross-validated score of ``estimator`` for every layer x pooling.
 
     Parameters
     ----------
-    vectorizer : BertVectorizer
+    vectorizer : BertVectorizer or BertWordVectorizer
         Gives the model and every other extraction setting; its ``layer`` and
-        ``pooling`` are replaced cell by cell. BertVectorizer learns nothing
-        from the texts, so each cell's features are computed once on all of
-        ``X`` and only ``estimator`` is cross-validated.
-    X : iterable of str (or text pairs)
+        ``pooling`` (a BertWordVectorizer's ``subword_pooling``: the
+        token-level probe) are replaced cell by cell. Neither learns anything
+        from the samples, so each cell's features are computed once on all of
+        ``X`` (each distinct text or sentence encoded once for the whole grid,
+        with the cache) and only ``estimator`` is cross-validated.
+    X : iterable of str (or text pairs), or of word samples
+        Texts for a BertVectorizer; ``(words, i)`` or ``(text, start, end)``
+        samples for a BertWordVectorizer (pass their sentence ids as
+        ``groups``, so that the words of one sentence stay in one fold).
     y : array-like of shape (n_samples,)
     layers : "all" or list of int, default="all"
         Hidden-state indices (0 = embedding output); "all" is every one.
-    poolings : sequence of str, default=("cls", "mean", "max")
-        Values of BertVectorizer's ``pooling``.
+    poolings : sequence of str or None, default=None
+        Values of BertVectorizer's ``pooling`` (None: "cls", "mean", "max")
+        or BertWordVectorizer's ``subword_pooling`` (None: all five).
     estimator : estimator or None, default=None
         None is ``StandardScaler`` + ``LogisticRegression``.
     cv, scoring, n_jobs
@@ -55,6 +104,14 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "ma
     verbose : bool, default=False
         Show a progress bar over the cells. On a terminal it updates live;
         written to a file or a log, every 30 s at most.
+    groups : array-like of shape (n_samples,) or None, default=None
+        Group labels of the samples (e.g. the document or the speaker a
+        sentence comes from), passed to the splitter so that the samples of a
+        group stay in one fold. With ``cv`` a number of folds (an int, or None
+        for 5) the splitter is then ``StratifiedGroupKFold`` for a classifier
+        with a binary or multiclass ``y`` and ``GroupKFold`` otherwise, instead
+        of ``StratifiedKFold`` / ``KFold``. A splitter passed as ``cv`` gets
+        the groups (one that is not a group splitter ignores them).
 
     Returns
     -------
@@ -80,27 +137,25 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=("cls", "mean", "ma
     from skbert._progress import progress_bar
     from skbert._validation import check_texts
 
-    texts = check_texts(X)
+    texts = _words.check_words(X) if _reads_words(vectorizer) else check_texts(X)
+    if groups is not None and np.shape(groups) != (len(texts),):
+        raise ValueError(f"groups has shape {np.shape(groups)} and X {len(texts)} samples: "
+                         "groups needs one group label per sample.")
     base = clone(vectorizer).fit()
-    n_states = base.n_layers_
-    layer_list = list(range(n_states)) if layers == "all" else [int(i) for i in layers]
-    row_names = [layer % n_states if -n_states <= layer < n_states else layer
-                 for layer in layer_list]
+    rows, columns, cells = _grid(base, layers, poolings)
     estimator = _default_estimator() if estimator is None else estimator
-    means = pd.DataFrame(np.nan, index=pd.Index(row_names, name="layer"),
-                         columns=pd.Index(list(poolings), name="pooling"))
+    splitter = _splitter(cv, estimator, y, groups)
+    means = pd.DataFrame(np.nan, index=rows, columns=columns)
     stds = means.copy()
-    cells = [(row, layer, pooling) for row, layer in zip(row_names, layer_list)
-             for pooling in poolings]
     _warn_small_classes(estimator, y, cv)
-    for row, layer, pooling in progress_bar(verbose, iterable=cells, desc="layer_report"):
-        features = base.set_params(layer=layer, pooling=pooling).fit().transform(texts)
+    for row, column, params in progress_bar(verbose, iterable=cells, desc="layer_report"):
+        features = base.set_params(**params).fit().transform(texts)
         # Said once above, not once per cell; one BLAS thread: small fits lose to BLAS threading.
         with warnings.catch_warnings(), _threads.one_blas_thread():
             warnings.filterwarnings("ignore", "The least populated class in y", UserWarning)
-            scores = cross_val_score(clone(estimator), features, y, cv=cv, scoring=scoring,
-                                     n_jobs=n_jobs)
-        means.loc[row, pooling], stds.loc[row, pooling] = scores.mean(), scores.std()
+            scores = cross_val_score(clone(estimator), features, y, groups=groups, cv=splitter,
+                                     scoring=scoring, n_jobs=n_jobs)
+        means.loc[row, column], stds.loc[row, column] = scores.mean(), scores.std()
     means.attrs.update(std=stds, scoring=scoring)
     return means
 

@@ -1,10 +1,12 @@
-"""Tests for skbert.datasets: the bundled TREC and STS-B copies.
+"""Tests for skbert.datasets: the bundled TREC and STS-B copies and the UD English EWT sample.
 
 Expected counts and means come from each set's SOURCE.md in ../shared/data/,
 which match the official figures of the releases.
 """
 
 import csv
+import gzip
+import io
 import os
 import re
 import subprocess
@@ -15,10 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.model_selection import GroupKFold
 from sklearn.utils import Bunch
 
 import skbert.datasets
-from skbert.datasets import load_stsb, load_trec
+from skbert.datasets import load_stsb, load_trec, load_ud_pos
+from skbert.datasets._conllu import read_conllu
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # The real data sets sit beside the development checkout, not in a clone or the wheel.
@@ -30,6 +34,15 @@ TREC_COARSE_COUNTS = {
 }
 STSB_COUNTS = {"train": 5749, "dev": 1500, "test": 1379}
 STSB_MEANS = {"train": 2.70, "dev": 2.36, "test": 2.61}
+# The bundled UD English EWT sample: the first 500 sentences of each split. Word counts
+# from a plain reading of the CoNLL-U lines with an integer ID (not with conllu).
+UD_SENTENCES = 500
+UD_WORDS = {"dev": 7621, "test": 7275}
+UD_NOUN_PUNCT = {"dev": (1168, 984), "test": (1021, 957)}
+# The full splits in ../shared/data/ud_ewt, from its SOURCE.md.
+UD_FULL = {"dev": (2001, 25147), "test": (2077, 25094)}
+UPOS_TAGS = ["ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
+             "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X"]
 
 
 def read_shared_tsv(path):
@@ -38,7 +51,7 @@ def read_shared_tsv(path):
 
 
 def test_public_names():
-    assert sorted(skbert.datasets.__all__) == ["load_beir", "load_stsb", "load_trec"]
+    assert sorted(skbert.datasets.__all__) == ["load_beir", "load_stsb", "load_trec", "load_ud_pos"]
 
 
 def test_import_does_not_import_torch():
@@ -47,7 +60,8 @@ def test_import_does_not_import_torch():
     env = {**os.environ, "PYTHONPATH": python_path}
     code = (
         "import skbert.datasets, sys; "
-        "assert 'torch' not in sys.modules; assert 'transformers' not in sys.modules"
+        "assert 'torch' not in sys.modules; assert 'transformers' not in sys.modules; "
+        "assert 'conllu' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
@@ -55,7 +69,9 @@ def test_import_does_not_import_torch():
 def test_bundle_is_small():
     data = resources.files("skbert.datasets").joinpath("data")
     sizes = {item.name: len(item.read_bytes()) for item in data.iterdir() if item.is_file()}
-    assert {"README.md", "trec.md", "stsb.md", "stsb_LICENSE.txt"} <= set(sizes)
+    notes = {"README.md", "trec.md", "stsb.md", "stsb_LICENSE.txt"}
+    assert notes | {"ud_ewt.md", "ud_ewt_LICENSE.txt"} <= set(sizes)
+    assert sizes["ud_ewt_dev.conllu.gz"] + sizes["ud_ewt_test.conllu.gz"] < 250_000
     assert sum(sizes.values()) < 1_000_000
 
 
@@ -205,6 +221,228 @@ def test_stsb_license_is_verbatim():
     assert bundled.read_bytes() == path.read_bytes()
 
 
+# UD English EWT (load_ud_pos, read_conllu)
+
+
+def read_shared_conllu(path):
+    """(sent_id, [(FORM, UPOS), ...]) per sentence, read with plain string splitting."""
+    sentences = []
+    for block in path.read_text(encoding="utf-8").split("\n\n"):
+        lines = block.strip("\n").split("\n")
+        if not block.strip():
+            continue
+        prefix = "# sent_id = "
+        (sent_id,) = [line[len(prefix):] for line in lines if line.startswith(prefix)]
+        fields = [line.split("\t") for line in lines if not line.startswith("#")]
+        sentences.append((sent_id, [(f[1], f[3]) for f in fields if f[0].isdigit()]))
+    return sentences
+
+
+def bundled_bytes(split):
+    name = f"ud_ewt_{split}.conllu.gz"
+    return gzip.decompress(resources.files("skbert.datasets").joinpath("data", name).read_bytes())
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_ud_counts(split):
+    ud = load_ud_pos(split)
+    assert isinstance(ud, Bunch)
+    n_words = UD_WORDS[split]
+    assert len(ud.data) == n_words
+    assert ud.target.shape == ud.groups.shape == (n_words,)
+    assert len(ud.sentences) == ud.sent_id.shape[0] == UD_SENTENCES
+    assert sum(len(words) for words in ud.sentences) == n_words
+    assert ud.target.dtype == object and ud.sent_id.dtype == object
+    assert ud.groups.dtype == np.int64
+    counts = Counter(ud.target)
+    assert (counts["NOUN"], counts["PUNCT"]) == UD_NOUN_PUNCT[split]
+    assert list(ud.target_names) == UPOS_TAGS == sorted(counts)
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_ud_samples_are_words_in_their_sentence(split):
+    ud = load_ud_pos(split)
+    for (words, i), group in zip(ud.data, ud.groups):
+        assert isinstance(words, tuple) and all(isinstance(w, str) and w for w in words)
+        assert isinstance(i, int) and 0 <= i < len(words)
+        assert words == ud.sentences[group]
+    assert all(isinstance(tag, str) for tag in ud.target)
+    assert all(isinstance(sent_id, str) for sent_id in ud.sent_id)
+    assert len(set(ud.sent_id)) == UD_SENTENCES
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_ud_groups_are_sentences(split):
+    ud = load_ud_pos(split)
+    # One id per sentence, numbered in order: constant within a sentence, distinct across.
+    np.testing.assert_array_equal(np.unique(ud.groups), np.arange(UD_SENTENCES))
+    assert np.all(np.diff(ud.groups) >= 0)
+    for group, words in enumerate(ud.sentences):
+        positions = np.flatnonzero(ud.groups == group)
+        assert [ud.data[k][1] for k in positions] == list(range(len(words)))
+        assert all(ud.data[k][0] == words for k in positions)
+    train, test = next(GroupKFold(n_splits=5).split(ud.data, ud.target, groups=ud.groups))
+    assert not set(ud.groups[train]) & set(ud.groups[test])
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_ud_return_X_y(split):
+    ud = load_ud_pos(split)
+    data, target = load_ud_pos(split, return_X_y=True)
+    assert data == ud.data
+    np.testing.assert_array_equal(target, ud.target)
+
+
+def test_ud_default_split_is_test():
+    assert load_ud_pos().sent_id[0] == load_ud_pos("test").sent_id[0]
+    assert len(load_ud_pos().data) == UD_WORDS["test"]
+
+
+def test_ud_descr_records_the_sample():
+    descr = load_ud_pos().DESCR
+    assert descr == load_ud_pos("dev").DESCR
+    assert "Silveira" in descr and "LREC" in descr and "Attribution-ShareAlike 4.0" in descr
+    assert "ud_ewt_LICENSE.txt" in descr and "15d613d8447b3478787d4c278730a1e48a945efb" in descr
+    data = resources.files("skbert.datasets").joinpath("data")
+    for split in ["dev", "test"]:
+        compressed = data.joinpath(f"ud_ewt_{split}.conllu.gz").read_bytes()
+        for figure in [len(compressed), len(gzip.decompress(compressed)), UD_WORDS[split]]:
+            assert f"{figure:,}" in descr, (split, figure)
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_ud_matches_shared_copy(split):
+    path = SHARED_DATA / "ud_ewt" / f"en_ewt-ud-{split}.conllu"
+    if not path.exists():
+        pytest.skip(SHARED_MISSING)
+    # Verbatim: the bundled file is the original's first lines, cut after a sentence.
+    original = path.read_bytes()
+    sample = bundled_bytes(split)
+    assert original.startswith(sample) and sample.endswith(b"\n\n")
+    assert original[len(sample):].startswith(b"# sent_id = ")
+    shared = read_shared_conllu(path)[:UD_SENTENCES]
+    ud = load_ud_pos(split)
+    assert list(ud.sent_id) == [sent_id for sent_id, _ in shared]
+    for (words, i), tag, group in zip(ud.data, ud.target, ud.groups):
+        assert (words[i], tag) == shared[group][1][i]
+    assert [tuple(form for form, _ in words) for _, words in shared] == ud.sentences
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_read_conllu_reads_the_full_shared_split(split):
+    path = SHARED_DATA / "ud_ewt" / f"en_ewt-ud-{split}.conllu"
+    if not path.exists():
+        pytest.skip(SHARED_MISSING)
+    samples, upos, groups, sent_ids = read_conllu(path)
+    n_sentences, n_words = UD_FULL[split]
+    assert len(samples) == upos.shape[0] == groups.shape[0] == n_words
+    assert sent_ids.shape == (n_sentences,) and groups[-1] == n_sentences - 1
+    assert len(set(upos)) == 17
+    shared = read_shared_conllu(path)
+    assert [words[i] for words, i in samples] == [form for _, ws in shared for form, _ in ws]
+
+
+def test_ud_license_is_verbatim():
+    path = SHARED_DATA / "ud_ewt" / "LICENSE.txt"
+    if not path.exists():
+        pytest.skip(SHARED_MISSING)
+    bundled = resources.files("skbert.datasets").joinpath("data", "ud_ewt_LICENSE.txt")
+    assert bundled.read_bytes() == path.read_bytes()
+
+
+# A multi-word token (3-4), an empty node (8.1), a comment-only block and a sentence
+# without a sent_id.
+TINY_CONLLU = """\
+# sent_id = tiny-1
+# text = Sue thinks she'll win and Bill too.
+1	Sue	Sue	PROPN	NNP	Number=Sing	2	nsubj	2:nsubj	_
+2	thinks	think	VERB	VBZ	_	0	root	0:root	_
+3-4	she'll	_	_	_	_	_	_	_	_
+3	she	she	PRON	PRP	_	5	nsubj	5:nsubj	_
+4	'll	will	AUX	MD	_	5	aux	5:aux	_
+5	win	win	VERB	VB	_	2	ccomp	2:ccomp	_
+6	and	and	CCONJ	CC	_	7	cc	7:cc	_
+7	Bill	Bill	PROPN	NNP	_	5	conj	5:conj	_
+8	too	too	ADV	RB	_	7	advmod	7:advmod	SpaceAfter=No
+8.1	win	win	VERB	VB	_	_	_	5:conj	_
+9	.	.	PUNCT	.	_	2	punct	2:punct	_
+
+# note = a block of comments only
+
+1	Yes	yes	INTJ	UH	_	0	root	0:root	SpaceAfter=No
+2	!	!	PUNCT	.	_	1	punct	1:punct	_
+"""
+TINY_WORDS = ("Sue", "thinks", "she", "'ll", "win", "and", "Bill", "too", ".")
+
+
+def check_tiny(samples, upos, groups, sent_ids):
+    assert samples == [(TINY_WORDS, i) for i in range(9)] + [(("Yes", "!"), 0), (("Yes", "!"), 1)]
+    assert "she'll" not in TINY_WORDS and TINY_WORDS.count("win") == 1
+    assert list(upos) == ["PROPN", "VERB", "PRON", "AUX", "VERB", "CCONJ", "PROPN", "ADV",
+                          "PUNCT", "INTJ", "PUNCT"]
+    assert upos.dtype == object and groups.dtype == np.int64
+    np.testing.assert_array_equal(groups, [0] * 9 + [1, 1])
+    assert list(sent_ids) == ["tiny-1", None]
+    assert sent_ids[groups][0] == "tiny-1"
+
+
+def test_read_conllu_skips_multiword_tokens_and_empty_nodes(tmp_path):
+    path = tmp_path / "tiny.conllu"
+    path.write_text(TINY_CONLLU, encoding="utf-8")
+    check_tiny(*read_conllu(path))
+    check_tiny(*read_conllu(str(path)))
+
+
+def test_read_conllu_reads_open_files_and_gzip(tmp_path):
+    check_tiny(*read_conllu(io.StringIO(TINY_CONLLU)))
+    check_tiny(*read_conllu(io.BytesIO(TINY_CONLLU.encode("utf-8"))))
+    check_tiny(*read_conllu(io.StringIO(TINY_CONLLU.replace("\n", "\r\n"))))
+    path = tmp_path / "tiny.conllu.gz"
+    path.write_bytes(gzip.compress(TINY_CONLLU.encode("utf-8")))
+    check_tiny(*read_conllu(path))
+
+
+def test_read_conllu_of_an_empty_file():
+    samples, upos, groups, sent_ids = read_conllu(io.StringIO(""))
+    assert samples == [] and upos.shape == groups.shape == sent_ids.shape == (0,)
+    assert groups.dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "old, new, line, conllu_says",
+    [
+        # Single spaces: conllu sees one field.
+        ("2\tthinks\tthink\tVERB\tVBZ\t_\t0\troot\t0:root\t_",
+         "2 thinks think VERB VBZ _ 0 root 0:root _", 4,
+         "Invalid line format, line must contain either tabs or two spaces."),
+        ("6\tand", "six\tand", 9, "Failed parsing field 'id': 'six' is not a valid ID."),
+        ("2\t!\t!\tPUNCT\t.\t_\t1", "2\t!\t!\tPUNCT\t.\t_\tone", 18,
+         "Failed parsing field 'head': 'one' is not a valid value for parse_int_value."),
+    ],
+)
+def test_read_conllu_names_the_malformed_line(tmp_path, old, new, line, conllu_says):
+    assert TINY_CONLLU.count(old) == 1
+    path = tmp_path / "bad.conllu"
+    path.write_text(TINY_CONLLU.replace(old, new), encoding="utf-8")
+    message = f"Malformed CoNLL-U in {str(path)!r}, line {line}: {conllu_says}"
+    with pytest.raises(ValueError, match=re.escape(message)) as caught:
+        read_conllu(path)
+    assert type(caught.value.__cause__).__name__ == "ParseException"
+
+
+def test_read_conllu_needs_form_and_upos():
+    text = TINY_CONLLU.replace("7\tBill\tBill\tPROPN\tNNP\t_\t5\tconj\t5:conj\t_", "7\tBill")
+    message = ("Malformed CoNLL-U in '<file>', line 10: a word line needs ID, FORM and UPOS "
+               "(the 1st, 2nd and 4th of the 10 tab-separated fields); got 2 field(s) with ID 7.")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_conllu(io.StringIO(text))
+
+
+def test_read_conllu_rejects_other_input():
+    with pytest.raises(TypeError, match=r"read_conllu expects a path or an open file; got list"):
+        read_conllu(TINY_CONLLU.splitlines())
+
+
 # Errors
 
 
@@ -216,6 +454,7 @@ def test_stsb_license_is_verbatim():
         (load_trec, {"split": None}, "None"),
         (load_trec, {"label": "medium"}, "'medium'"),
         (load_stsb, {"split": "validation"}, "'validation'"),
+        (load_ud_pos, {"split": "train"}, "'train'"),
     ],
 )
 def test_bad_option_raises(load, kwargs, bad):
@@ -224,6 +463,7 @@ def test_bad_option_raises(load, kwargs, bad):
         ("load_trec", "split"): "['train', 'test']",
         ("load_trec", "label"): "['coarse', 'fine']",
         ("load_stsb", "split"): "['train', 'dev', 'test']",
+        ("load_ud_pos", "split"): "['dev', 'test']",
     }[load.__name__, name]
     message = f"The '{name}' parameter of {load.__name__} must be one of {accepted}; got {bad}."
     with pytest.raises(ValueError, match=re.escape(message)):

