@@ -15,6 +15,7 @@ that the parts' assembly into features is the texts' own).
 
 import collections.abc
 import copy
+import functools
 import hashlib
 import json
 import weakref
@@ -49,10 +50,10 @@ def check_words(X):
         raise ValueError(f"Iterable over word samples expected, {type(X).__name__} object "
                          "received: pass a list of (words, i) or (text, start, end) samples.")
     rows, labels = _rows(X)
-    samples, kind = [], None
+    samples, kind, sentences = [], None, {}
     for position, sample in enumerate(rows):
         where = _where("Sample", position, labels)
-        checked, this = _check_sample(sample, where)
+        checked, this = _check_sample(sample, where, sentences)
         if kind is not None and this != kind:
             raise ValueError(f"{where} is a {_NAMES[this]} sample, and the ones before are "
                              f"{_NAMES[kind]} samples: give all samples in one format.")
@@ -78,8 +79,12 @@ def _rows(X):
 _NAMES = {"words": "(words, i)", "span": "(text, start, end)"}
 
 
-def _check_sample(sample, where):
-    """``(words tuple, i)`` or ``(text, start, end)``, and which of them, or an error."""
+def _check_sample(sample, where, sentences):
+    """``(words tuple, i)`` or ``(text, start, end)``, and which of them, or an error.
+
+    ``sentences`` maps the id of each words sequence checked so far to its tuple: the
+    samples of one sentence usually share it, and its words are checked once.
+    """
     sample = tuple(sample) if isinstance(sample, (list, tuple, np.ndarray)) else sample
     if not isinstance(sample, tuple) or len(sample) not in (2, 3):
         raise ValueError(f"{where} is {type(sample).__name__} ({sample!r}): a sample is "
@@ -87,16 +92,11 @@ def _check_sample(sample, where):
                          "start, end), a text and the target's character span.")
     if len(sample) == 2:
         words, index = sample
-        if isinstance(words, str) or not isinstance(words, (list, tuple, np.ndarray)):
-            raise ValueError(f"{where} has {type(words).__name__} ({words!r}) for its words: "
-                             "a list or tuple of str.")
-        words = tuple(words)
-        if not words:
-            raise ValueError(f"{where} has an empty sentence: no word to take.")
-        for number, word in enumerate(words):
-            if not isinstance(word, str):
-                raise ValueError(f"{where}: word {number} is {type(word).__name__} "
-                                 f"({word!r}); every word must be a str.")
+        if id(words) in sentences:
+            words = sentences[id(words)][1]
+        else:
+            sentences[id(words)] = (words, _checked_words(words, where))  # keeps ``words`` alive
+            words = sentences[id(words)][1]
         if not _is_int(index) or not 0 <= index < len(words):
             raise ValueError(f"{where} has index {index!r}, which is no word of its "
                              f"{len(words)}: use 0 to {len(words) - 1}.")
@@ -111,6 +111,21 @@ def _check_sample(sample, where):
     if not text[start:end].strip():
         raise ValueError(f"{where} spans only whitespace ({text[start:end]!r}).")
     return (text, int(start), int(end)), "span"
+
+
+def _checked_words(words, where):
+    """``words`` as a tuple of str, or an error."""
+    if isinstance(words, str) or not isinstance(words, (list, tuple, np.ndarray)):
+        raise ValueError(f"{where} has {type(words).__name__} ({words!r}) for its words: "
+                         "a list or tuple of str.")
+    words = tuple(words)
+    if not words:
+        raise ValueError(f"{where} has an empty sentence: no word to take.")
+    for number, word in enumerate(words):
+        if not isinstance(word, str):
+            raise ValueError(f"{where}: word {number} is {type(word).__name__} "
+                             f"({word!r}); every word must be a str.")
+    return words
 
 
 def _is_int(value):
@@ -143,6 +158,15 @@ def align(tokenizer, samples, max_length):
                                 add_special_tokens=False, return_offsets_mapping=True,
                                 verbose=False)
     number = {sentence: index for index, sentence in enumerate(sentences)}
+
+    @functools.lru_cache(maxsize=1)  # the targets of a sentence come one after another
+    def word_positions(sentence):
+        positions = {}
+        for position, word in enumerate(encoded.word_ids(sentence)):
+            if word is not None:
+                positions.setdefault(word, []).append(position)
+        return positions
+
     prefix, suffix = _template(tokenizer)
     budget = text_budget(tokenizer, max_length)
     windows, window_of, input_ids, special = {}, [], [], []
@@ -150,7 +174,7 @@ def align(tokenizer, samples, max_length):
     for row, sample in enumerate(samples):
         sentence = number[sample[0]]
         ids = encoded["input_ids"][sentence]
-        first, stop = _target_tokens(encoded, sentence, sample, row)
+        first, stop = _target_tokens(encoded, sentence, sample, row, word_positions)
         if stop - first > budget:
             raise ValueError(f"{_where('Sample', row, None)}: its target takes {stop - first} "
                              f"tokens, more than the {budget} text tokens of a window of "
@@ -197,11 +221,12 @@ def pretokenized(tokenizer):
     return found
 
 
-def _target_tokens(encoded, sentence, sample, row):
-    """(first, stop) token positions of the target in its sentence's tokens."""
+def _target_tokens(encoded, sentence, sample, row, word_positions):
+    """(first, stop) token positions of the target in its sentence's tokens;
+    ``word_positions(sentence)`` maps a word index to its token positions."""
     if len(sample) == 2:
         words, index = sample
-        positions = [k for k, word in enumerate(encoded.word_ids(sentence)) if word == index]
+        positions = word_positions(sentence).get(index, ())
         what = f"its word {words[index]!r}"
     else:
         text, start, end = sample
