@@ -263,7 +263,7 @@ class FeaturesMixin(EncoderMixin):
                 settings["backend"], settings["dtype"]))
             # Recomputed rather than trusted: cache keys must describe the weights in hand.
             loaded = _loading.LoadedModel.of(model, tokenizer, self._sentence)
-            self._use(_engines.Engine.of(loaded, settings))
+            self._use(_engines.Engine(loaded, **settings))
         elif reference is not None:
             self._load_reference(reference, settings)
 

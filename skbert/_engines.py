@@ -132,7 +132,7 @@ def load(source, revision, device, backend, dtype, calibration=None, fit_texts=N
 class Engine:
     """A loaded model run by ``backend`` in ``dtype``, calibrated on ``calibration`` (int8).
 
-    :attr:`settings` and :meth:`of` are what a pickle keeps and how it comes back.
+    :attr:`settings` is what a pickle keeps: ``Engine(loaded, **settings)`` brings it back.
     """
 
     loaded: object
@@ -140,10 +140,6 @@ class Engine:
     dtype: str
     calibration: tuple | None = None
     _moved: dict = field(default_factory=dict, repr=False)  # device -> torch model there
-
-    @classmethod
-    def of(cls, loaded, settings):
-        return cls(loaded, **settings)
 
     @property
     def settings(self):
@@ -154,10 +150,6 @@ class Engine:
     @property
     def model(self):
         return self.loaded.model
-
-    @property
-    def torch_dtype(self):
-        return torch_dtype(self.backend, self.dtype)
 
     def with_model(self, model):
         """This engine around another torch model (its fingerprint computed anew)."""

@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
 from skbert._index import INDEXES, top_k_blocked
 from skbert._validation import check_texts
+from skbert._words import check_words, reads_words
 
 
 def _unit_rows(vectors):
@@ -326,9 +327,7 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
 
     def _pairs(self, X):
         """Text pairs, or pairs of word samples where the vectorizer reads words."""
-        from skbert._word_vectorizer import BertWordVectorizer
-
-        if isinstance(self.vectorizer, BertWordVectorizer):
+        if reads_words(self.vectorizer):
             return _word_pairs(X)
         pairs = check_texts(X)
         if pairs and not isinstance(pairs[0], tuple):
@@ -454,8 +453,6 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
 def _word_pairs(X):
     """Pairs of word samples, ``((words1, i1), (words2, i2))`` or ``((text1, s1, e1), (text2,
     s2, e2))``, each side checked as :class:`skbert.BertWordVectorizer` checks samples."""
-    from skbert._words import check_words
-
     if isinstance(X, (str, bytes)):
         raise ValueError(f"PairSimilarity takes pairs of word samples; got {type(X).__name__}.")
     rows = list(X)

@@ -64,9 +64,11 @@ def check_words(X):
 
 def _rows(X):
     """The samples of ``X`` as a list, and the pandas index (None for other input)."""
+    if hasattr(X, "collect"):  # a polars LazyFrame: refused, as check_texts refuses it
+        return _items(X)
     columns = getattr(X, "columns", None)
-    if columns is None or hasattr(X, "collect"):  # a polars LazyFrame: check_texts refuses it
-        return (_items(X) if hasattr(X, "collect") else (list(X), None))
+    if columns is None:
+        return list(X), None
     found = tuple(str(name) for name in columns)
     if found not in _COLUMNS:
         raise ValueError(f"A DataFrame of word samples has the columns 'words', 'index' or "
@@ -126,6 +128,13 @@ def _checked_words(words, where):
             raise ValueError(f"{where}: word {number} is {type(word).__name__} "
                              f"({word!r}); every word must be a str.")
     return words
+
+
+def reads_words(estimator):
+    """Whether ``estimator`` is a :class:`skbert.BertWordVectorizer`, whose samples are words."""
+    from skbert._word_vectorizer import BertWordVectorizer
+
+    return isinstance(estimator, BertWordVectorizer)
 
 
 def _is_int(value):

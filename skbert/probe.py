@@ -37,7 +37,7 @@ def _grid(vectorizer, layers, poolings):
     ``pooling``, or of ``subword_pooling`` for a :class:`skbert.BertWordVectorizer`."""
     import pandas as pd
 
-    name = "subword_pooling" if _reads_words(vectorizer) else "pooling"
+    name = "subword_pooling" if _words.reads_words(vectorizer) else "pooling"
     if poolings is None:
         poolings = WORD_POOLINGS if name == "subword_pooling" else TEXT_POOLINGS
     n_states = vectorizer.n_layers_
@@ -52,11 +52,6 @@ def _grid(vectorizer, layers, poolings):
 TEXT_POOLINGS = ("cls", "mean", "max")
 WORD_POOLINGS = ("mean", "first", "last", "first_last", "max")
 
-
-def _reads_words(vectorizer):
-    from skbert._word_vectorizer import BertWordVectorizer
-
-    return isinstance(vectorizer, BertWordVectorizer)
 
 
 def _splitter(cv, estimator, y, groups):
@@ -137,7 +132,7 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=None, estimator=Non
     from skbert._progress import progress_bar
     from skbert._validation import check_texts
 
-    texts = _words.check_words(X) if _reads_words(vectorizer) else check_texts(X)
+    texts = _words.check_words(X) if _words.reads_words(vectorizer) else check_texts(X)
     if groups is not None and np.shape(groups) != (len(texts),):
         raise ValueError(f"groups has shape {np.shape(groups)} and X {len(texts)} samples: "
                          "groups needs one group label per sample.")
