@@ -18,7 +18,6 @@ import numpy as np
 from skbert import _cache, _engines, _loading, _persistence
 from skbert._compat import Interval, StrOptions
 from skbert._encoding import text_budget
-from skbert._features import Layout, assemble
 from skbert._progress import progress_bar
 
 POOLING_NAMES = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
@@ -195,37 +194,15 @@ class FeaturesMixin(EncoderMixin):
         """Where inference runs, resolved now (never written back)."""
         return _engines.resolve_device(self.backend, self.device)
 
-    def _cached_features(self, keys, lengths, needed, cached, extraction, forward, groups=None):
-        """Features of every row of ``keys``: from the cache, or computed by ``forward`` for
-        the misses only.
-
-        ``needed`` are the parts that ``extraction`` reads, ``cached`` those a
-        cache entry holds (so that other settings are served from it);
-        ``forward(indices, layouts, progress, out)`` writes the records of
-        the rows ``indices``. ``groups`` keeps rows that share a forward pass
-        in one chunk (:func:`skbert._cache.window_features`).
-        """
-        hidden_size = self._config.hidden_size
+    def _store(self):
+        """Where ``cache`` keeps forward passes: the in-memory store, a directory, or None."""
         if self.cache is False:
-            store, layouts = None, [Layout.of(needed, hidden_size)]
-        else:
-            store = _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
-            layouts = [Layout.of(cached, hidden_size)]
-            if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
-                layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
-        with progress_bar(self.verbose, total=len(set(keys)), desc=type(self).__name__,
-                          unit="window") as progress:
-            def compute(indices, out):
-                forward(indices, layouts, progress, out)
+            return None
+        return _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
 
-            def assembled(records):
-                parts = {}
-                for layout, array in zip(layouts, records):
-                    parts.update(layout.parts(array, needed))
-                return assemble(parts, extraction)
-
-            return _cache.window_features(store, keys, lengths, layouts, compute, assembled,
-                                          self.batch_size, progress, groups)
+    def _progress(self, n_windows):
+        return progress_bar(self.verbose, total=n_windows, desc=type(self).__name__,
+                            unit="window")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -22,6 +22,9 @@ in chunks of a few MB of records: a chunk's hits are copied out of the store,
 its misses go through the encoder, and its features are written straight into
 the output. A call keeps no records of its own beyond one chunk, so the store's
 byte budget bounds what the cache holds, however many texts one call has.
+:func:`window_entries` does the same for entries of a size of their own, read
+where they are: the token states of a sentence that
+:class:`skbert.BertWordVectorizer` keeps (:mod:`skbert._words`).
 
 In memory, entries live in one process-wide store with a byte budget and
 least-recently-used eviction (:func:`set_cache_limit`, or the
@@ -410,7 +413,7 @@ def _first_time(store):
 
 
 def window_features(store, keys, lengths, layouts, compute, assemble, batch_size=1,
-                    progress=None, groups=None):
+                    progress=None):
     """Features of every window, each distinct window served by ``store`` or computed once.
 
     Parameters
@@ -433,9 +436,6 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
         Windows per forward pass: chunks hold a multiple of it.
     progress : tqdm or None
         Advanced by the hits (``compute`` advances it for the misses).
-    groups : ndarray of shape (n_windows,) or None
-        Rows of one group (the words of one sentence, which share one forward
-        pass) go to ``compute`` in one chunk, consecutive.
 
     Returns
     -------
@@ -446,31 +446,21 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
                           count=len(keys))
     distinct = list(first)
     window_of = np.unique(inverse, return_index=True)[1]  # the first window of each
-    lengths = np.asarray(lengths)[window_of]
-    if groups is None:
-        order = np.argsort(-lengths, kind="stable")
-    else:  # longest first, each group's rows together
-        group_of = np.asarray(groups)[window_of]
-        order = np.lexsort((group_of, -lengths))
+    order = np.argsort(-np.asarray(lengths)[window_of], kind="stable")
     chunk = CHUNK_BYTES // (4 * sum(layout.width for layout in layouts))
     chunk = max(batch_size, chunk - chunk % batch_size)
-    stops = [*range(chunk, len(order), chunk), len(order)] if len(order) else []
-    if groups is not None and stops:  # a chunk ends where a group does
-        grouped = group_of[order]
-        ends = np.flatnonzero(np.r_[grouped[1:] != grouped[:-1], True]) + 1
-        stops = sorted(set(ends[np.searchsorted(ends, stops)]))
     # One set of buffers for every chunk: fresh memory for each would cost page faults.
-    longest = max(np.diff([0, *stops]), default=0)
-    buffers = [np.empty((longest, layout.width), dtype=np.float32) for layout in layouts]
+    buffers = [np.empty((min(chunk, len(order)), layout.width), dtype=np.float32)
+               for layout in layouts]
     since = None if store is None else store.tick
     features, all_kept = None, True
 
     def entry(row, layout):
         return f"{distinct[row]}-{layout.tag}"
 
-    for start, stop in zip([0, *stops], stops):
+    for start in range(0, len(order), chunk):
         rows, hits = [], []
-        for row in order[start:stop]:
+        for row in order[start:start + chunk]:
             found = [None] if store is None else [store.get(entry(row, layout), layout.width,
                                                             since) for layout in layouts]
             if any(record is None for record in found):
@@ -495,17 +485,72 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
         if features is None:
             features = np.empty((len(distinct), values.shape[1]), dtype=np.float32)
         features[rows] = values
+    _report(store, all_kept)
+    return features if len(distinct) == len(keys) else features[inverse]
+
+
+def window_entries(store, keys, sizes, compute, consume, batch_size=1, progress=None):
+    """Hand every window's entry, of a size of its own, to ``consume``: served by ``store``
+    or computed, chunk by chunk, largest first.
+
+    Where :func:`window_features` copies records of one layout into a chunk's
+    array, these entries (the token states of a sentence, :mod:`skbert._words`)
+    are read where they are: a hit costs a lookup. A call holds no entries
+    beyond the store's and one chunk's misses.
+
+    Parameters
+    ----------
+    store : MemoryStore, DiskStore or None
+        As for :func:`window_features`.
+    keys : list of str
+        One distinct key per window.
+    sizes : ndarray of shape (n_windows,)
+        Float32 values in each window's entry.
+    compute : callable (window indices, entries) -> None
+        Forward passes that fill ``entries``, one new 1-D array per index.
+    consume : callable (window indices, entries) -> None
+        Reads the entries of those windows (they are the store's: not to be
+        written).
+    batch_size : int, default=1
+        Windows per forward pass: chunks hold a multiple of it.
+    progress : tqdm or None
+        Advanced by the hits (``compute`` advances it for the misses).
+    """
+    order = np.argsort(-np.asarray(sizes), kind="stable")
+    since = None if store is None else store.tick
+    start, all_kept = 0, True
+    while start < len(order):
+        n_batches = max(1, CHUNK_BYTES // (4 * batch_size * int(sizes[order[start]])))
+        rows = order[start:start + n_batches * batch_size]
+        start += len(rows)
+        entries = [None if store is None else store.get(keys[row], sizes[row], since)
+                   for row in rows]
+        missing = [index for index, entry in enumerate(entries) if entry is None]
+        if missing:
+            fresh = [np.empty(sizes[rows[index]], dtype=np.float32) for index in missing]
+            compute(rows[missing], fresh)
+            for index, entry in zip(missing, fresh):
+                entries[index] = entry
+                if store is not None:
+                    all_kept &= store.put(keys[rows[index]], entry, since)
+        if progress is not None:
+            progress.update(len(rows) - len(missing))
+        consume(rows, entries)
+    _report(store, all_kept)
+
+
+def _report(store, all_kept):
+    """The warnings at the end of a call: a full memory store, a directory not written."""
     if not all_kept and MEMORY.max_bytes:  # a budget of 0 is the store turned off
         warnings.warn(
             f"skbert's in-memory forward-pass cache is full ({MEMORY.max_bytes / 2**20:,.1f} MiB):"
             " it keeps the texts that fit and encodes the others again on the next call. "
             "Raise its budget with skbert.set_cache_limit(n_bytes), or keep every entry on disk "
-            "with cache='some/directory'.", RuntimeWarning, stacklevel=4)
+            "with cache='some/directory'.", RuntimeWarning, stacklevel=5)
     if isinstance(store, DiskStore) and store.write_error is not None and _first_time(store):
         warnings.warn(
             f"skbert's cache directory {os.fspath(store.directory)!r} cannot be written "
             f"({store.write_error}); entries this call could not write: {store.n_failed:,}. "
             "They are encoded again where the in-memory cache does not hold them; the features "
             "are computed all the same. This process says it once per directory and error.",
-            RuntimeWarning, stacklevel=4)
-    return features if len(distinct) == len(keys) else features[inverse]
+            RuntimeWarning, stacklevel=5)

@@ -286,23 +286,23 @@ def forward_parts(runner, tokenizer, windows, layouts, batch_size, progress=None
         if progress is not None:
             progress.update(len(batch))
 
-    run_batches(runner, tokenizer, windows, layouts, batch_size, write)
+    keys = set().union(*(layout.keys for layout in layouts))
+    run_batches(runner, tokenizer, windows, layers_read(keys), ("pooler",) in keys, batch_size,
+                write)
     return records
 
 
-def run_batches(runner, tokenizer, windows, layouts, batch_size, write):
+def run_batches(runner, tokenizer, windows, read, pooler, batch_size, write):
     """Encode ``windows`` in length-sorted batches and hand each to ``write(batch, inputs,
     special_mask, hidden_states, pooler_output)``, ``batch`` the window indices.
 
-    Only the encoder layers up to the deepest one that ``layouts`` read run,
-    and only the hidden states they read leave it. A batch that runs out of GPU
-    memory is split in two and retried, down to single windows, with a warning.
+    Only the encoder layers up to the deepest of ``read`` (hidden-state
+    indices) run, and only their hidden states (and with ``pooler`` the pooler
+    output) leave it. A batch that runs out of GPU memory is split in two and
+    retried, down to single windows, with a warning.
     """
     import torch
 
-    keys = set().union(*(layout.keys for layout in layouts))
-    read = layers_read(keys)
-    pooler = ("pooler",) in keys
     # At least one layer: some encoders (DeBERTa-v2) return nothing from an empty layer list.
     deepest = runner.config.num_hidden_layers if pooler or not read else max(1, *read)
     encode = runner.encoder(deepest, read, pooler)

@@ -54,8 +54,6 @@ def parts_needed(extraction):
     keys = set()
     if name in ("cls", "last"):
         keys |= {(name, layer) for layer in layers}
-    if name == "first_last":
-        keys |= {(end, layer) for layer in layers for end in ("cls", "last")}
     if name in ("mean", "mean_sqrt_len", "mean_max"):
         keys |= {("mean", layer, special) for layer in layers}
     if name == "mean_sqrt_len":
@@ -87,14 +85,6 @@ def parts_for_cache(n_layers, has_pooler):
             keys |= {("mean", layer, special), ("max", layer, special)}
         keys |= {("max_of_mean", layers, special) for layers in averages if len(layers) > 1}
     return keys
-
-
-def parts_for_words(n_layers):
-    """What a cache entry of one word holds: of its subwords, per layer, the first ("cls")
-    and the last vector, the mean and the max, and the max of the usual layer averages
-    (:func:`parts_for_cache`): every ``subword_pooling`` of every layer setting."""
-    return {key for key in parts_for_cache(n_layers, False)
-            if key[0] in ("cls", "last") or (key[0] != "count" and key[-1] is False)}
 
 
 def layers_read(keys):
@@ -330,51 +320,6 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     return out
 
 
-def word_parts(states, owner, n_words, layout, out):
-    """The records of ``n_words`` words from the vectors of their subwords.
-
-    ``states`` maps each layer that ``layout`` reads to an (n_subwords, dim)
-    tensor of the words' subword vectors, word by word (each word's subwords
-    consecutive, in order), and ``owner`` (n_subwords,) gives each one's word.
-    A word's parts are those of a text made of its subwords alone, without
-    special tokens: "cls" its first subword's vector, "last" its last one's,
-    "mean" and "max" (text tokens: ``special=False``) over its subwords, and
-    "max_of_mean" the max of their layer averages; computed as segment
-    reductions over the flat subwords, so memory follows their number, not
-    the longest word's. ``out`` is a float32 tensor (n_words, layout.width).
-    """
-    import torch
-
-    counts = torch.bincount(owner, minlength=n_words)
-    last = torch.cumsum(counts, 0) - 1
-    first = last - counts + 1
-    expanded = owner[:, None].expand(-1, layout.hidden_size)
-
-    def maxima(values):
-        return torch.full((n_words, layout.hidden_size), float("-inf"), device=owner.device,
-                          dtype=values.dtype).scatter_reduce_(0, expanded, values, "amax")
-
-    for key, columns in layout.slices.items():
-        kind = key[0]
-        if kind == "max_of_mean":
-            values = maxima(torch.stack([states[layer] for layer in key[1]]).mean(dim=0))
-        elif kind == "count":
-            values = counts.float()
-        else:
-            vectors = states[key[1]].float()
-            if kind == "cls":
-                values = vectors[first]
-            elif kind == "last":
-                values = vectors[last]
-            elif kind == "mean":
-                values = torch.zeros((n_words, layout.hidden_size), device=owner.device
-                                     ).index_add_(0, owner, vectors) / counts[:, None]
-            else:
-                values = maxima(vectors)
-        out[:, columns] = values
-    return out
-
-
 def _tile_maxima(values, masks, specials, start, last, ends_only):
     """Masked max over the tokens of one tile, -inf where a window has none there.
 
@@ -420,7 +365,9 @@ def _tile_maxima(values, masks, specials, start, last, ends_only):
     return maxima
 
 
-def _merge(vectors, how):
+def merge_layers(vectors, how):
+    """Vectors of several layers (arrays of one shape) merged: concatenated, summed or
+    averaged, in float32."""
     if how == "concat":
         return np.concatenate(vectors, axis=1)
     if len(vectors) == 1:
@@ -434,20 +381,20 @@ def _merge(vectors, how):
 def _pool(parts, extraction, name):
     layers, special, combine = extraction.layers, extraction.special, extraction.combine
     if name in ("cls", "last"):
-        return _merge([parts[name, layer] for layer in layers], combine)
+        return merge_layers([parts[name, layer] for layer in layers], combine)
     if name == "mean":
-        return _merge([parts["mean", layer, special] for layer in layers], combine)
+        return merge_layers([parts["mean", layer, special] for layer in layers], combine)
     if name == "mean_sqrt_len":
         counts = parts["count", special]
         return _pool(parts, extraction, "mean") * np.sqrt(counts)[:, None]
     if name == "max":
         if not extraction.merges_max:
-            return _merge([parts["max", layer, special] for layer in layers], combine)
+            return merge_layers([parts["max", layer, special] for layer in layers], combine)
         maxima = parts["max_of_mean", extraction.averaged, special]
         return maxima * len(layers) if combine == "sum" else maxima
-    if name in ("mean_max", "first_last"):
-        halves = ("mean", "max") if name == "mean_max" else ("cls", "last")
-        return np.concatenate([_pool(parts, extraction, half) for half in halves], axis=1)
+    if name == "mean_max":
+        return np.concatenate([_pool(parts, extraction, half) for half in ("mean", "max")],
+                              axis=1)
     return parts["pooler",]
 
 
@@ -461,7 +408,7 @@ def n_features(extraction, hidden_size):
     width = hidden_size
     if extraction.combine == "concat" and extraction.pooling != "pooler":
         width *= len(extraction.layers)
-    return 2 * width if extraction.pooling in ("mean_max", "first_last") else width
+    return 2 * width if extraction.pooling == "mean_max" else width
 
 
 def merge_windows(vectors, owner, n_text_tokens, how):

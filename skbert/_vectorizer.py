@@ -14,6 +14,8 @@ from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import forward_parts, text_budget, tokenize
 from skbert._features import (
     Extraction,
+    Layout,
+    assemble,
     merge_windows,
     n_features,
     parts_for_cache,
@@ -403,15 +405,32 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         return normalize(features, norm=norm, copy=False) if norm else features
 
     def _window_features(self, runner, windows, extraction):
-        """Features of every window: from the cache, or from forward passes of the misses only."""
-        def forward(indices, layouts, progress, out):
-            forward_parts(runner, self.tokenizer_, windows.subset(indices), layouts,
-                          self.batch_size, progress, out)
+        """Features of every window: from the cache, or from forward passes of the misses only.
 
+        A cache entry holds the record of :func:`skbert._features.parts_for_cache`,
+        so that other settings are served from it; without the cache, the
+        forward passes compute only the parts this setting reads.
+        """
+        needed, hidden_size = parts_needed(extraction), self._config.hidden_size
+        store = self._store()
+        layouts = [Layout.of(needed if store is None else parts_for_cache(
+            self.n_layers_, self._has_pooler), hidden_size)]
+        if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
+            layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
         keys = _cache.window_keys(windows, self._loaded.fingerprint, self._engine.tag)
-        return self._cached_features(keys, windows.lengths, parts_needed(extraction),
-                                     parts_for_cache(self.n_layers_, self._has_pooler),
-                                     extraction, forward)
+        with self._progress(len(set(keys))) as progress:
+            def compute(indices, out):
+                forward_parts(runner, self.tokenizer_, windows.subset(indices), layouts,
+                              self.batch_size, progress, out)
+
+            def assembled(records):
+                parts = {}
+                for layout, array in zip(layouts, records):
+                    parts.update(layout.parts(array, needed))
+                return assemble(parts, extraction)
+
+            return _cache.window_features(store, keys, windows.lengths, layouts, compute,
+                                          assembled, self.batch_size, progress)
 
     def _extraction(self):
         """The extraction setting, with layers checked against the model."""

@@ -10,7 +10,6 @@ from sklearn.utils.validation import check_is_fitted
 from skbert import _cache, _words
 from skbert._base import FeaturesMixin
 from skbert._compat import StrOptions, _fit_context
-from skbert._features import Extraction, n_features, parts_for_words, parts_needed
 
 
 class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, TransformerMixin,
@@ -54,9 +53,9 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
     device, dtype, backend, calibration, cache, persist_weights, revision, verbose
         As for :class:`skbert.BertVectorizer`. ``calibration="fit"``
         calibrates int8 on the sentences of the samples given to ``fit``. A
-        cache entry holds the first, last, mean and max of the target's
-        subwords at every layer: a grid over ``layer``, ``layer_combine``,
-        ``subword_pooling`` and ``norm`` encodes each distinct sentence once.
+        cache entry holds the hidden states of a sentence's tokens at every
+        layer: a grid over ``layer``, ``layer_combine``, ``subword_pooling``
+        and ``norm``, or another word of the sentence, encodes it no more.
 
     Attributes
     ----------
@@ -167,7 +166,7 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
             raise ValueError(f"BertWordVectorizer aligns words to subwords with a fast "
                              f"tokenizer's word ids and offsets; {os.fspath(self.model)!r} has "
                              f"{type(self.tokenizer_).__name__}, a slow one.")
-        self._extraction()
+        self._layers("mean")
         self._window_length()
         return self
 
@@ -208,33 +207,29 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
         return self._fit(samples)._transform(samples)
 
     def _transform(self, samples):
-        extraction = self._extraction()
+        layers = self._layers("mean")
+        width = self._n_features_out
         if not samples:
-            return np.empty((0, self._n_features_out), dtype=np.float32)
+            return np.empty((0, width), dtype=np.float32)
         alignment = _words.align(self.tokenizer_, samples, self._window_length())
-        runner = self._engine.runner(self._device())
-
-        def forward(indices, layouts, progress, out):
-            _words.forward_words(runner, self.tokenizer_, alignment, indices, layouts,
-                                 self.batch_size, progress, out)
-
-        windows = _cache.window_keys(alignment.windows, self._loaded.fingerprint,
-                                     self._engine.tag)
-        features = self._cached_features(
-            _words.target_keys(windows, alignment), alignment.windows.lengths[alignment.window],
-            parts_needed(extraction), parts_for_words(self.n_layers_), extraction, forward,
-            groups=alignment.window)
+        keys = _cache.window_keys(alignment.windows, self._loaded.fingerprint, self._engine.tag)
+        store = self._store()
+        # A cache entry holds every layer, so that any other setting is served from it.
+        stored = sorted(set(layers)) if store is None else list(range(self.n_layers_))
+        setting = ([stored.index(layer) for layer in layers], self.layer_combine,
+                   self.subword_pooling)
+        with self._progress(len(set(keys))) as progress:
+            features = _words.features(self._engine.runner(self._device()), self.tokenizer_,
+                                       alignment, keys, store, stored, setting, width,
+                                       self.batch_size, progress)
         return normalize(features, norm=self.norm, copy=False) if self.norm else features
-
-    def _extraction(self):
-        """The setting as an extraction over the target's subwords (read as a sequence of
-        their own, without special tokens)."""
-        pooling = _words.SUBWORD_POOLINGS[self.subword_pooling]
-        return Extraction(self._layers("mean"), self.layer_combine, pooling, False)
 
     @property
     def _n_features_out(self):
-        return n_features(self._extraction(), self._config.hidden_size)
+        width = self._config.hidden_size
+        if self.layer_combine == "concat":
+            width *= len(self._layers("mean"))
+        return 2 * width if self.subword_pooling == "first_last" else width
 
 
 def _sentence_text(sample):

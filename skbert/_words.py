@@ -6,16 +6,18 @@ start, end)``, a str and a character span (WiC, spaCy spans, regex
 matches). :func:`check_words` validates them, :func:`align` tokenizes each
 distinct sentence once and maps each target to a window (the sentence, or a
 window of it that holds the whole target) and the token positions of its
-subwords there, and :func:`forward_words` runs each window needed once,
-pooling the subwords of every target it holds with
-:func:`skbert._features.word_parts` (a target's subwords read as a text of
-their own: its first vector is the "cls" part, its last the "last" part, so
-that the parts' assembly into features is the texts' own).
+subwords there, and :func:`features` runs each window needed once and pools
+the subwords of every target it holds (:func:`pool`).
+
+What the cache keeps of a window is its token states: the hidden states of
+every layer at every token (a 25-token sentence of all-MiniLM-L6-v2: 7 x 25 x
+384 floats, 269 KB), less than a record per word would take (a word is one
+or two subwords) and good for any target in the sentence, any layer,
+``layer_combine`` and ``subword_pooling``.
 """
 
 import collections.abc
 import copy
-import functools
 import hashlib
 import json
 import weakref
@@ -24,7 +26,9 @@ from numbers import Integral
 
 import numpy as np
 
+from skbert._cache import window_entries
 from skbert._encoding import (
+    TOKENIZE_SLICE,
     TOKENIZER_LOCK,
     Windows,
     _encodable,
@@ -32,31 +36,39 @@ from skbert._encoding import (
     run_batches,
     text_budget,
 )
-from skbert._features import word_parts
+from skbert._features import merge_layers
 from skbert._validation import _items, _where
 
-# subword_pooling -> the pooling of the target's subwords read as a sequence.
-SUBWORD_POOLINGS = {"mean": "mean", "first": "cls", "last": "last", "first_last": "first_last",
-                    "max": "max"}
+SUBWORD_POOLINGS = ("mean", "first", "last", "first_last", "max")
 _COLUMNS = {("words", "index"): "words", ("text", "start", "end"): "span"}
 
 
+class Samples(list):
+    """Checked samples: a list, with the pandas index they came with (``labels``, or None)
+    for errors found later (in :func:`align`)."""
+
+    labels = None
+
+
 def check_words(X):
-    """Validate word samples, all of one format: a list of ``(words, i)`` (``words`` as a
-    tuple of str) or of ``(text, start, end)``, as given (so a checked list checks again).
-    DataFrames (pandas or polars) with columns ``words, index`` or ``text, start, end`` are
-    read row by row."""
+    """Validate word samples, all of one format: :class:`Samples` of ``(words, i)``
+    (``words`` as a tuple of str) or of ``(text, start, end)``, as given (so a checked list
+    checks again). DataFrames (pandas or polars) with columns ``words, index`` or ``text,
+    start, end`` are read row by row."""
     if isinstance(X, (str, bytes, dict, collections.abc.Set)):
         raise ValueError(f"Iterable over word samples expected, {type(X).__name__} object "
                          "received: pass a list of (words, i) or (text, start, end) samples.")
     rows, labels = _rows(X)
-    samples, kind, sentences = [], None, {}
+    samples, kind, sentences = Samples(), None, {}
+    samples.labels = labels
     for position, sample in enumerate(rows):
-        where = _where("Sample", position, labels)
-        checked, this = _check_sample(sample, where, sentences)
-        if kind is not None and this != kind:
-            raise ValueError(f"{where} is a {_NAMES[this]} sample, and the ones before are "
-                             f"{_NAMES[kind]} samples: give all samples in one format.")
+        try:
+            checked, this = _check_sample(sample, sentences)
+            if kind is not None and this != kind:
+                raise ValueError(f" is a {_NAMES[this]} sample, and the ones before are "
+                                 f"{_NAMES[kind]} samples: give all samples in one format.")
+        except ValueError as error:  # named here, so that valid samples build no name
+            raise ValueError(f"{_where('Sample', position, labels)}{error}") from None
         kind = this
         samples.append(checked)
     return samples
@@ -81,52 +93,54 @@ def _rows(X):
 _NAMES = {"words": "(words, i)", "span": "(text, start, end)"}
 
 
-def _check_sample(sample, where, sentences):
-    """``(words tuple, i)`` or ``(text, start, end)``, and which of them, or an error.
+def _check_sample(sample, sentences):
+    """``(words tuple, i)`` or ``(text, start, end)``, and which of them, or a ValueError
+    whose message follows the sample's name.
 
     ``sentences`` maps the id of each words sequence checked so far to its tuple: the
     samples of one sentence usually share it, and its words are checked once.
     """
-    sample = tuple(sample) if isinstance(sample, (list, tuple, np.ndarray)) else sample
+    if type(sample) is not tuple:
+        sample = tuple(sample) if isinstance(sample, (list, tuple, np.ndarray)) else sample
     if not isinstance(sample, tuple) or len(sample) not in (2, 3):
-        raise ValueError(f"{where} is {type(sample).__name__} ({sample!r}): a sample is "
-                         "(words, i), a sentence's words and the target's index, or (text, "
-                         "start, end), a text and the target's character span.")
+        raise ValueError(f" is {type(sample).__name__} ({sample!r}): a sample is (words, i), a "
+                         "sentence's words and the target's index, or (text, start, end), a "
+                         "text and the target's character span.")
     if len(sample) == 2:
         words, index = sample
-        if id(words) in sentences:
-            words = sentences[id(words)][1]
-        else:
-            sentences[id(words)] = (words, _checked_words(words, where))  # keeps ``words`` alive
-            words = sentences[id(words)][1]
+        known = sentences.get(id(words))
+        if known is None:
+            known = sentences[id(words)] = (words, _checked_words(words))  # keeps words alive
+        words = known[1]
         if not _is_int(index) or not 0 <= index < len(words):
-            raise ValueError(f"{where} has index {index!r}, which is no word of its "
-                             f"{len(words)}: use 0 to {len(words) - 1}.")
-        return (words, int(index)), "words"
+            raise ValueError(f" has index {index!r}, which is no word of its {len(words)}: use "
+                             f"0 to {len(words) - 1}.")
+        return (sample if words is sample[0] and type(index) is int
+                else (words, int(index))), "words"
     text, start, end = sample
     if not isinstance(text, str):
-        raise ValueError(f"{where} has {type(text).__name__} ({text!r}) for its text: a str.")
+        raise ValueError(f" has {type(text).__name__} ({text!r}) for its text: a str.")
     if not (_is_int(start) and _is_int(end) and 0 <= start < end <= len(text)):
-        raise ValueError(f"{where} has the span ({start!r}, {end!r}), which is no non-empty "
-                         f"span of its text of {len(text)} characters: 0 <= start < end <= "
+        raise ValueError(f" has the span ({start!r}, {end!r}), which is no non-empty span of "
+                         f"its text of {len(text)} characters: 0 <= start < end <= "
                          f"{len(text)}.")
     if not text[start:end].strip():
-        raise ValueError(f"{where} spans only whitespace ({text[start:end]!r}).")
+        raise ValueError(f" spans only whitespace ({text[start:end]!r}).")
     return (text, int(start), int(end)), "span"
 
 
-def _checked_words(words, where):
+def _checked_words(words):
     """``words`` as a tuple of str, or an error."""
     if isinstance(words, str) or not isinstance(words, (list, tuple, np.ndarray)):
-        raise ValueError(f"{where} has {type(words).__name__} ({words!r}) for its words: "
-                         "a list or tuple of str.")
+        raise ValueError(f" has {type(words).__name__} ({words!r}) for its words: a list or "
+                         "tuple of str.")
     words = tuple(words)
     if not words:
-        raise ValueError(f"{where} has an empty sentence: no word to take.")
+        raise ValueError(" has an empty sentence: no word to take.")
     for number, word in enumerate(words):
         if not isinstance(word, str):
-            raise ValueError(f"{where}: word {number} is {type(word).__name__} "
-                             f"({word!r}); every word must be a str.")
+            raise ValueError(f": word {number} is {type(word).__name__} ({word!r}); every word "
+                             "must be a str.")
     return words
 
 
@@ -138,7 +152,7 @@ def reads_words(estimator):
 
 
 def _is_int(value):
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    return type(value) is int or (isinstance(value, Integral) and not isinstance(value, bool))
 
 
 @dataclass
@@ -151,55 +165,140 @@ class Alignment:
     spans: np.ndarray
 
 
+_ALIGNED = weakref.WeakKeyDictionary()  # tokenizer -> (samples, max_length, its alignment)
+
+
 def align(tokenizer, samples, max_length):
     """Tokenize each distinct sentence of ``samples`` once and place every target in a window
     of at most ``max_length`` tokens: the whole sentence where it fits, else the window of
     the sentence's tokens centred on the target (moved to hold the sentence's start or end
-    where it would pass them), which never cuts the target's subwords."""
+    where it would pass them), which never cuts the target's subwords.
+
+    The last alignment of each tokenizer is kept, and returned again for equal
+    samples and ``max_length``: a grid over settings, or a layer probe,
+    transforms the same samples many times.
+    """
+    last = _ALIGNED.get(tokenizer)
+    if last is not None and last[1] == max_length and last[0] == samples:
+        return last[2]
+    alignment = _align(tokenizer, samples, max_length)
+    _ALIGNED[tokenizer] = (samples, max_length, alignment)
+    return alignment
+
+
+def _align(tokenizer, samples, max_length):
     sentences = list(dict.fromkeys(sample[0] for sample in samples))
-    with TOKENIZER_LOCK:
-        if samples and len(samples[0]) == 2:  # (words, i)
-            encoded = pretokenized(tokenizer)(
-                [list(map(_encodable, words)) for words in sentences],
-                is_split_into_words=True, add_special_tokens=False, verbose=False)
-        else:
-            encoded = tokenizer([_encodable(text) for text in sentences],
-                                add_special_tokens=False, return_offsets_mapping=True,
-                                verbose=False)
     number = {sentence: index for index, sentence in enumerate(sentences)}
+    sentence = np.fromiter((number[sample[0]] for sample in samples), dtype=np.int64,
+                           count=len(samples))
+    labels = getattr(samples, "labels", None)
 
-    @functools.lru_cache(maxsize=1)  # the targets of a sentence come one after another
-    def word_positions(sentence):
-        positions = {}
-        for position, word in enumerate(encoded.word_ids(sentence)):
-            if word is not None:
-                positions.setdefault(word, []).append(position)
-        return positions
+    def name(row):
+        return _where("Sample", row, labels)
 
-    prefix, suffix = _template(tokenizer)
+    by_sentence = np.argsort(sentence, kind="stable")
+    bounds = np.searchsorted(sentence[by_sentence], np.arange(0, len(sentences) + TOKENIZE_SLICE,
+                                                              TOKENIZE_SLICE))
+    locate = _word_tokens if len(samples[0]) == 2 else _span_tokens
+    ids, first, stop = [], np.empty(len(samples), np.int64), np.empty(len(samples), np.int64)
+    for begin, low, high in zip(range(0, len(sentences), TOKENIZE_SLICE), bounds, bounds[1:]):
+        # A slice at a time: its encodings are dropped once read (see TOKENIZE_SLICE).
+        part = sentences[begin:begin + TOKENIZE_SLICE]
+        encodings = _encodings(tokenizer, part, locate is _word_tokens)
+        ids += [np.asarray(encoding.ids, dtype=np.int32) for encoding in encodings]
+        rows = by_sentence[low:high]
+        first[rows], stop[rows] = locate(encodings, part, [samples[row] for row in rows],
+                                         sentence[rows] - begin,
+                                         lambda k, rows=rows: name(rows[k]))
+
     budget = text_budget(tokenizer, max_length)
-    windows, window_of, input_ids, special = {}, [], [], []
-    spans = np.empty((len(samples), 2), dtype=np.int64)
-    for row, sample in enumerate(samples):
-        sentence = number[sample[0]]
-        ids = encoded["input_ids"][sentence]
-        first, stop = _target_tokens(encoded, sentence, sample, row, word_positions)
-        if stop - first > budget:
-            raise ValueError(f"{_where('Sample', row, None)}: its target takes {stop - first} "
-                             f"tokens, more than the {budget} text tokens of a window of "
-                             f"max_length={max_length}.")
-        start = 0 if len(ids) <= budget else min(max(0, (first + stop - budget) // 2),
-                                                  len(ids) - budget)
-        key = (sentence, start)
-        if key not in windows:
-            windows[key] = len(windows)
-            piece = ids[start:start + budget]
-            input_ids.append(prefix + piece + suffix)
-            special.append([1] * len(prefix) + [0] * len(piece) + [1] * len(suffix))
-        window_of.append(windows[key])
-        spans[row] = (len(prefix) + first - start, len(prefix) + stop - start)
+    too_long = np.flatnonzero(stop - first > budget)
+    if len(too_long):
+        row = too_long[0]
+        raise ValueError(f"{name(row)}: its target takes "
+                         f"{stop[row] - first[row]} tokens, more than the {budget} text tokens "
+                         f"of a window of max_length={max_length}.")
+    n_tokens = np.array([len(row) for row in ids], dtype=np.int64)[sentence]
+    start = np.where(n_tokens <= budget, 0,
+                     np.clip((first + stop - budget) // 2, 0, np.maximum(n_tokens - budget, 0)))
+    # One window per (sentence, start): ``where`` is the first target of each.
+    _, where, window = np.unique(sentence * (int(n_tokens.max()) + 1) + start,
+                                 return_index=True, return_inverse=True)
+    prefix, suffix = _template(tokenizer)
+    input_ids, special = [], []
+    for row in where:
+        piece = ids[sentence[row]][start[row]:start[row] + budget]
+        input_ids.append(np.concatenate([prefix, piece, suffix]))
+        mask = np.ones(len(input_ids[-1]), dtype=np.int8)
+        mask[len(prefix):len(prefix) + len(piece)] = 0
+        special.append(mask)
+    spans = np.stack([first - start, stop - start], axis=1) + len(prefix)
     return Alignment(Windows(input_ids, special, None, np.arange(len(input_ids))),
-                     np.asarray(window_of, dtype=np.int64), spans)
+                     window.ravel(), spans)
+
+
+def _encodings(tokenizer, sentences, split_into_words):
+    """The tokenizers library's encodings of ``sentences`` (without special tokens)."""
+    with TOKENIZER_LOCK:
+        if split_into_words:
+            return pretokenized(tokenizer)(
+                [list(map(_encodable, words)) for words in sentences],
+                is_split_into_words=True, add_special_tokens=False, verbose=False).encodings
+        return tokenizer([_encodable(text) for text in sentences], add_special_tokens=False,
+                         return_offsets_mapping=True, verbose=False).encodings
+
+
+def _word_tokens(encodings, sentences, samples, sentence, name):
+    """(first, stop) token positions of each ``(words, i)`` target in its sentence's tokens
+    (``encodings[sentence[k]]`` of ``sentences[sentence[k]]``); ``name(k)`` names sample k
+    in errors."""
+    # Every sentence's words, numbered in one run: word i of sentence k is offset[k] + i.
+    counts = np.array([len(encoding.ids) for encoding in encodings], dtype=np.int64)
+    offset = np.cumsum([0, *map(len, sentences)])
+    word = np.fromiter((-1 if word is None else word for encoding in encodings
+                        for word in encoding.word_ids), dtype=np.int64, count=counts.sum())
+    position = np.arange(len(word)) - np.repeat(np.cumsum(counts) - counts, counts)
+    owned = word >= 0
+    numbered = (np.repeat(offset[:-1], counts) + word)[owned]
+    first = np.full(offset[-1], np.iinfo(np.int64).max)
+    stop = np.zeros(offset[-1], dtype=np.int64)
+    np.minimum.at(first, numbered, position[owned])
+    np.maximum.at(stop, numbered, position[owned] + 1)
+    target = offset[sentence] + np.array([sample[1] for sample in samples], dtype=np.int64)
+    missing = np.flatnonzero(stop[target] == 0)
+    if len(missing):
+        words, index = samples[missing[0]]
+        raise ValueError(f"{name(missing[0])}: its word "
+                         f"{words[index]!r} tokenizes to no subword, so it has no vector.")
+    return first[target], stop[target]
+
+
+def _span_tokens(encodings, sentences, samples, sentence, name):
+    """(first, stop) token positions of each ``(text, start, end)`` target: the tokens its
+    span overlaps, which it must cover whole."""
+    first = np.empty(len(samples), dtype=np.int64)
+    stop = np.empty(len(samples), dtype=np.int64)
+    trimmed = {}  # sentence -> its tokens' offsets, read once for all its targets
+    for k, (text, start, end) in enumerate(samples):
+        if sentence[k] not in trimmed:
+            # Without whitespace: byte-level tokenizers may count a token's leading space.
+            trimmed[sentence[k]] = [_trimmed(text, a, b)
+                                    for a, b in encodings[sentence[k]].offsets]
+        offsets = trimmed[sentence[k]]
+        positions = [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
+        if not positions:
+            raise ValueError(f"{name(k)}: its span "
+                             f"{text[start:end]!r} tokenizes to no subword, so it has no "
+                             "vector.")
+        for i in (positions[0], positions[-1]):
+            a, b = offsets[i]
+            if a < start or b > end:
+                raise ValueError(
+                    f"{name(k)}: the span ({start}, {end}) "
+                    f"({text[start:end]!r}) cuts the token {text[a:b]!r} at ({a}, {b}); "
+                    "give a span of whole tokens.")
+        first[k], stop[k] = positions[0], positions[-1] + 1
+    return first, stop
 
 
 _PRETOKENIZED = weakref.WeakKeyDictionary()  # tokenizer -> its copy for pre-tokenized words
@@ -230,32 +329,6 @@ def pretokenized(tokenizer):
     return found
 
 
-def _target_tokens(encoded, sentence, sample, row, word_positions):
-    """(first, stop) token positions of the target in its sentence's tokens;
-    ``word_positions(sentence)`` maps a word index to its token positions."""
-    if len(sample) == 2:
-        words, index = sample
-        positions = word_positions(sentence).get(index, ())
-        what = f"its word {words[index]!r}"
-    else:
-        text, start, end = sample
-        # Without its whitespace: byte-level tokenizers may count a token's leading space.
-        offsets = [_trimmed(text, a, b) for a, b in encoded["offset_mapping"][sentence]]
-        positions = [k for k, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
-        for k in positions:
-            a, b = offsets[k]
-            if a < start or b > end:
-                raise ValueError(
-                    f"{_where('Sample', row, None)}: the span ({start}, {end}) "
-                    f"({text[start:end]!r}) cuts the token {text[a:b]!r} at "
-                    f"({a}, {b}); give a span of whole tokens.")
-        what = f"its span {text[start:end]!r}"
-    if not positions:
-        raise ValueError(f"{_where('Sample', row, None)}: {what} tokenizes to no subword, so "
-                         "it has no vector.")
-    return positions[0], positions[-1] + 1
-
-
 def _trimmed(text, start, end):
     while start < end and text[start].isspace():
         start += 1
@@ -264,46 +337,85 @@ def _trimmed(text, start, end):
     return start, end
 
 
-def target_keys(window_keys, alignment):
-    """One cache key per target: its window's key and its token span."""
-    return [hashlib.blake2b(f"{window_keys[window]}:{start}:{stop}".encode(),
-                            digest_size=16).hexdigest()
-            for window, (start, stop) in zip(alignment.window, alignment.spans)]
+def features(runner, tokenizer, alignment, keys, store, stored, setting, width, batch_size,
+             progress):
+    """One row of ``width`` features per target of ``alignment``, each distinct window run
+    once at most.
+
+    ``keys`` are the windows' cache keys; ``store`` (None: nothing stored) serves
+    and keeps each window's entry, the token states of the hidden-state layers
+    ``stored`` at all its tokens. ``setting`` is ``(layers, layer_combine,
+    subword_pooling)``, its layers as positions in ``stored``.
+    """
+    rows_of, combine, pooling = setting
+    windows, hidden_size = alignment.windows, runner.config.hidden_size
+    tag = hashlib.blake2b(repr(("tokens", tuple(stored), hidden_size)).encode(),
+                          digest_size=6).hexdigest()
+    first = {}  # windows of equal tokens are one entry
+    entry_of = np.fromiter((first.setdefault(f"{key}-{tag}", len(first)) for key in keys),
+                           dtype=np.int64, count=len(keys))
+    distinct = np.unique(entry_of, return_index=True)[1]  # the first window of each entry
+    target_entry = entry_of[alignment.window]
+    by_entry = np.argsort(target_entry, kind="stable")
+    bounds = np.searchsorted(target_entry[by_entry], np.arange(len(distinct) + 1))
+    out = np.empty((len(alignment.window), width), dtype=np.float32)
+
+    def compute(entries, arrays):
+        forward_windows(runner, tokenizer, windows.subset(distinct[entries]), stored,
+                        batch_size, progress, arrays)
+
+    def consume(entries, arrays):
+        targets = np.concatenate([by_entry[bounds[k]:bounds[k + 1]] for k in entries])
+        states = [array.reshape(len(stored), -1, hidden_size) for array in arrays]
+        owner = np.repeat(np.arange(len(entries)), bounds[entries + 1] - bounds[entries])
+        out[targets] = pool(states, owner, alignment.spans[targets], rows_of, combine, pooling)
+
+    sizes = len(stored) * hidden_size * windows.lengths[distinct]
+    window_entries(store, list(first), sizes, compute, consume, batch_size, progress)
+    return out
 
 
-def forward_words(runner, tokenizer, alignment, targets, layouts, batch_size, progress, out):
-    """Write the records of ``targets`` (indices of targets) into ``out`` (one array per
-    layout, one row per target in that order), running each window they need once."""
-    import torch
-
-    needed = np.unique(alignment.window[targets])
-    windows = alignment.windows.subset(needed)
-    # Targets by window, as positions in ``windows``: batches give window positions.
-    local = np.searchsorted(needed, alignment.window[targets])
-    by_window = np.argsort(local, kind="stable")
-    bounds = np.searchsorted(local[by_window], np.arange(len(needed) + 1))
-    layers = sorted(set().union(*(layout.layers for layout in layouts)))
-
+def forward_windows(runner, tokenizer, windows, layers, batch_size, progress, arrays):
+    """Fill ``arrays[k]`` (1-D, float32) with the hidden states of ``layers`` at every token
+    of window k of ``windows``, as (layers, tokens, hidden) in C order."""
     def write(batch, inputs, special, hidden, pooler_output):
-        rows = np.concatenate([by_window[bounds[w]:bounds[w + 1]] for w in batch])
-        in_batch = np.empty(len(needed), dtype=np.int64)
-        in_batch[batch] = np.arange(len(batch))
-        spans = alignment.spans[targets[rows]]
-        lengths = spans[:, 1] - spans[:, 0]
-        # Every subword of the targets, target by target: (window in the batch, position).
-        owner = np.repeat(np.arange(len(rows)), lengths)
-        positions = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths) \
-            + np.repeat(spans[:, 0], lengths)
-        device = inputs["attention_mask"].device
-        where = (torch.from_numpy(in_batch[local[rows]][owner]).to(device),
-                 torch.from_numpy(positions).to(device))
-        states = {layer: hidden[layer][where] for layer in layers}
-        owner = torch.from_numpy(owner).to(device)
-        for layout, array in zip(layouts, out):
-            records = torch.empty((len(rows), layout.width), device=device)
-            array[rows] = word_parts(states, owner, len(rows), layout, records).cpu().numpy()
+        for index, layer in enumerate(layers):
+            states = hidden[layer].float().cpu().numpy()
+            for row, window in enumerate(batch):
+                array = arrays[window].reshape(len(layers), -1, states.shape[2])
+                array[index] = states[row, :array.shape[1]]
         if progress is not None:
-            progress.update(len(rows))
+            progress.update(len(batch))
 
-    run_batches(runner, tokenizer, windows, layouts, batch_size, write)
+    run_batches(runner, tokenizer, windows, set(layers), False, batch_size, write)
 
+
+def pool(states, owner, spans, layers, combine, pooling):
+    """The features of targets from the token states of their windows.
+
+    ``states[k]`` is an array (layers, tokens, hidden) of window k, ``owner``
+    (n_targets,) the window of each target, ``spans`` (n_targets, 2) its
+    subwords there; ``layers`` are rows of the states, whose vectors are
+    merged per subword by ``combine`` before the subwords are pooled by
+    ``pooling`` (a subword_pooling).
+    """
+    counts = spans[:, 1] - spans[:, 0]
+    starts = np.cumsum(counts) - counts  # each target's first subword among all subwords
+    lengths = np.array([state.shape[1] for state in states])
+    subwords = np.arange(counts.sum()) + np.repeat(
+        (np.cumsum(lengths) - lengths)[owner] + spans[:, 0] - starts, counts)
+    tokens = merge_layers([np.concatenate([state[layer] for state in states])[subwords]
+                           for layer in layers], combine)
+    if pooling in ("mean", "max"):
+        # Subword k of every target that has one, at once: words have a subword or a few,
+        # and over segments that short this beats numpy's reduceat (UD EWT test: all of
+        # pool 18 ms, reduceat alone 43 ms).
+        pooled = tokens[starts]
+        combine_with = np.add if pooling == "mean" else np.maximum
+        for k in range(1, counts.max()):
+            longer = np.flatnonzero(counts > k)
+            pooled[longer] = combine_with(pooled[longer], tokens[starts[longer] + k])
+        return pooled / counts[:, None].astype(np.float32) if pooling == "mean" else pooled
+    last = starts + counts - 1
+    ends = {"first": [starts], "last": [last], "first_last": [starts, last]}[pooling]
+    return np.concatenate([tokens[end] for end in ends], axis=1)

@@ -34,8 +34,8 @@ def private(tiny_model_dir):
     return vectorizer
 
 
-def test_out_of_memory_batches_are_split_and_retried(private, texts):
-    expected = private.transform(texts)
+def test_out_of_memory_batches_are_split_and_retried(private, tiny_model_dir, texts):
+    expected = BertVectorizer(tiny_model_dir, cache=False).fit().transform(texts)
     seen = []
     original = private.model_.forward
 
@@ -46,7 +46,7 @@ def test_out_of_memory_batches_are_split_and_retried(private, texts):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
         return original(*args, **kwargs)
 
-    private.model_.forward = forward
+    private.model_.forward = forward  # before the first transform, which runs a copy of it
     with pytest.warns(RuntimeWarning, match="Out of GPU memory on a batch of") as caught:
         got = private.transform(texts)
     # 8 windows fail, then each half of 4, whose halves of 2 pass

@@ -738,3 +738,26 @@ def test_compiled_graphs_are_bounded(tiny_model_dir, texts, monkeypatch):
                        layer=layer).fit_transform(texts)
     assert len(_exports._graphs) == 2
     assert [graph.states for graph in _exports._graphs.values()] == [[2], [1]]  # 1 used last
+
+
+def test_onednn_linears_share_the_weights_and_give_torch_hidden_states(tiny_model_dir):
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(tiny_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    inputs = tokenizer(["the cat sat on the mat", "a dog"], padding=True, return_tensors="pt")
+    attended = inputs["attention_mask"].bool()
+    # Two copies, as two engines of one loaded model make: each reads the model's hooks,
+    # installed once (a second set on the shared layers would record every state twice).
+    copies = [_engines.onednn_linears(model) for _ in range(2)]
+    with torch.inference_mode():
+        expected = model(**inputs, output_hidden_states=True).hidden_states
+        for converted in [*copies, model]:
+            got = converted(**inputs, output_hidden_states=True).hidden_states
+            assert len(got) == len(expected) == model.config.num_hidden_layers + 1
+            for state, reference in zip(got, expected):
+                np.testing.assert_allclose(state[attended], reference[attended], atol=1e-5)
+    query = copies[0].encoder.layer[0].attention.self.query
+    assert type(query).__name__ == "OneDNNLinear"
+    assert query.linear is model.encoder.layer[0].attention.self.query  # weights shared
+    assert type(model.encoder.layer[0].attention.self.query) is torch.nn.Linear  # untouched

@@ -188,6 +188,39 @@ def test_dataframes_of_either_format(tiny_model_dir):
         vectorizer.transform(pd.DataFrame({"a": [1], "b": [2]}))
 
 
+def test_alignment_errors_name_the_pandas_index_label(tiny_model_dir):
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"text": ["the cat", "the cat"], "start": [0, 4], "end": [3, 6]},
+                         index=["first", "second"])
+    with pytest.raises(ValueError, match=r"Sample at position 1 \(index label 'second'\): the "
+                                         r"span \(4, 6\) \('ca'\) cuts the token 'cat'"):
+        BertWordVectorizer(tiny_model_dir).fit().transform(frame)
+
+
+def test_the_last_alignment_is_reused_for_equal_samples_only(tiny_model_dir, monkeypatch):
+    vectorizer = BertWordVectorizer(tiny_model_dir).fit()
+    calls = []
+    original = _words._align
+
+    def counted(tokenizer, samples, max_length):
+        calls.append(max_length)
+        return original(tokenizer, samples, max_length)
+
+    monkeypatch.setattr(_words, "_align", counted)
+    expected = vectorizer.transform(SAMPLES)
+    copied = [(list(words), i) for words, i in SAMPLES]  # equal, not the same objects
+    np.testing.assert_array_equal(vectorizer.transform(copied), expected)
+    assert len(calls) == 1
+    copied[0][0][1] = "dog"  # a list changed in place after a transform: aligned anew
+    changed = vectorizer.transform(copied)
+    assert len(calls) == 2
+    n_first = len(SENTENCES[0])
+    assert not np.allclose(changed[:n_first], expected[:n_first])
+    np.testing.assert_array_equal(changed[n_first:], expected[n_first:])
+    vectorizer.set_params(max_length=12).transform(copied)
+    assert calls[-1] == 12 and len(calls) == 3
+
+
 def test_estimator_basics(tiny_model_dir, tmp_path):
     vectorizer = BertWordVectorizer(tiny_model_dir, subword_pooling="first_last")
     params = vectorizer.get_params()
@@ -289,43 +322,40 @@ def test_the_token_level_probe(tiny_model_dir, tmp_path, capsys):
     assert "best: layer=" in capsys.readouterr().out and (tmp_path / "probe.png").is_file()
 
 
-def test_a_sentence_is_never_split_across_chunks(tiny_model_dir, monkeypatch):
+def test_chunks_of_a_few_sentences_give_the_same_features(tiny_model_dir, monkeypatch):
     from skbert import _cache
 
-    monkeypatch.setattr(_cache, "CHUNK_BYTES", 4 * 1024 * 7)  # 7 records of 1,024 values
-    calls = []
-    original = _words.forward_words
-
-    def counted(runner, tokenizer, alignment, targets, *args):
-        calls.append(set(alignment.window[targets]))
-        return original(runner, tokenizer, alignment, targets, *args)
-
-    monkeypatch.setattr(_words, "forward_words", counted)
     skbert.clear_cache()
-    vectorizer = BertWordVectorizer(tiny_model_dir, batch_size=1).fit()  # chunks of 14 words
-    vectorizer.transform(SAMPLES)
-    assert len(calls) > 1  # several chunks
-    seen = [window for call in calls for window in call]
-    assert len(seen) == len(set(seen)) == len(SENTENCES)  # each sentence in one chunk
+    vectorizer = BertWordVectorizer(tiny_model_dir, batch_size=1).fit()
+    whole = vectorizer.transform(SAMPLES)
+    skbert.clear_cache()
+    monkeypatch.setattr(_cache, "CHUNK_BYTES", 1)  # one sentence per chunk
+    calls = []
+    original = _words.forward_windows
+
+    def counted(runner, tokenizer, windows, *args):
+        calls.append(len(windows))
+        return original(runner, tokenizer, windows, *args)
+
+    monkeypatch.setattr(_words, "forward_windows", counted)
+    for cache in (True, False):
+        np.testing.assert_array_equal(vectorizer.set_params(cache=cache).transform(SAMPLES),
+                                      whole)
+    assert calls == [1] * len(SENTENCES) * 2  # cached, then uncached: once per sentence
 
 
-def test_word_parts_equal_a_loop_over_words():
-    from skbert._features import Layout, parts_for_words, word_parts
-
+@pytest.mark.parametrize("combine", ["mean", "sum", "concat"])
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_pool_equals_a_loop_over_targets(combine, pooling):
     rng = np.random.default_rng(0)
-    lengths = [1, 3, 2, 5]
-    owner = np.repeat(np.arange(4), lengths)
-    states = {layer: rng.normal(size=(len(owner), 8)).astype(np.float32) for layer in range(3)}
-    layout = Layout.of(parts_for_words(3), 8)
-    got = word_parts({k: torch.from_numpy(v) for k, v in states.items()},
-                     torch.from_numpy(owner), 4, layout, torch.empty(4, layout.width)).numpy()
-    for word in range(4):
-        mine = {layer: vectors[owner == word] for layer, vectors in states.items()}
-        for key, columns in layout.slices.items():
-            if key[0] == "max_of_mean":
-                expected = np.mean([mine[layer] for layer in key[1]], axis=0).max(axis=0)
-            else:
-                vectors = mine[key[1]]
-                expected = {"cls": vectors[0], "last": vectors[-1], "mean": vectors.mean(0),
-                            "max": vectors.max(0)}[key[0]]
-            np.testing.assert_allclose(got[word, columns], expected, rtol=0, atol=1e-6)
+    states = [rng.normal(size=(3, n_tokens, 8)).astype(np.float32) for n_tokens in (4, 7, 2)]
+    owner = np.array([1, 0, 1, 2, 1])
+    spans = np.array([[1, 4], [0, 1], [4, 7], [0, 2], [1, 2]])
+    got = _words.pool(states, owner, spans, [2, 0], combine, pooling)
+    for row, (window, (start, stop)) in enumerate(zip(owner, spans)):
+        layers = [states[window][layer, start:stop] for layer in (2, 0)]
+        tokens = {"mean": np.mean(layers, axis=0), "sum": np.sum(layers, axis=0),
+                  "concat": np.concatenate(layers, axis=1)}[combine]
+        expected = {"mean": tokens.mean(0), "first": tokens[0], "last": tokens[-1],
+                    "max": tokens.max(0), "first_last": np.r_[tokens[0], tokens[-1]]}[pooling]
+        np.testing.assert_allclose(got[row], expected, rtol=0, atol=1e-6)
