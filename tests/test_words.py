@@ -197,6 +197,19 @@ def test_alignment_errors_name_the_pandas_index_label(tiny_model_dir):
         BertWordVectorizer(tiny_model_dir).fit().transform(frame)
 
 
+def test_the_same_checked_samples_are_not_checked_again():
+    samples = [(tuple(words), i) for words, i in SAMPLES]
+    first = _words.check_words(samples)
+    assert _words.check_words(samples) is first and _words.check_words(list(samples)) is first
+    samples[3] = (samples[3][0], 99)  # another object: checked
+    with pytest.raises(ValueError, match="Sample at index 3 has index 99"):
+        _words.check_words(samples)
+    lists = [(list(words), i) for words, i in SAMPLES]  # lists can change: checked every time
+    assert _words.check_words(lists) is not _words.check_words(lists)
+    spans = spans_of(SAMPLES)
+    assert _words.check_words(spans) is _words.check_words(spans)
+
+
 def test_the_last_alignment_is_reused_for_equal_samples_only(tiny_model_dir, monkeypatch):
     vectorizer = BertWordVectorizer(tiny_model_dir).fit()
     calls = []
