@@ -113,7 +113,17 @@ def time_peers(peers, texts, batch_size, repeats):
     reference = outputs["sentence-transformers torch fp32"]
     return {name: {"seconds": statistics.median(runs[name]), "runs": runs[name],
                    "max_abs_diff": float(abs(outputs[name] - reference).max())}
-            for name in peers}
+            for name in peers}, outputs
+
+
+def spearman(outputs, pairs):
+    """STS-B Spearman of each peer: the cosine of its (normalized) vectors of each pair's two
+    rows of the set, against the gold scores."""
+    from scipy.stats import spearmanr
+
+    first, second = pairs["first"], pairs["second"]
+    return {name: float(spearmanr((X[first] * X[second]).sum(axis=1), pairs["scores"]).statistic)
+            for name, X in outputs.items()}
 
 
 def main():
@@ -131,8 +141,11 @@ def main():
         model = shutil.copytree(job["model"], work / "model")  # the exports are written into it
         folder = calibration_folder(job["calibration"], work / "calibration")
         peers = load_peers(str(model), folder, job["threads"])
-        sets = {name: time_peers(peers, texts, job["batch_size"], job["repeats"])
-                for name, texts in job["sets"].items()}
+        sets, rho = {}, {}
+        for name, texts in job["sets"].items():
+            sets[name], outputs = time_peers(peers, texts, job["batch_size"], job["repeats"])
+            if name == job["stsb"]["set"]:
+                rho = spearman(outputs, job["stsb"])
         result = {
             "versions": {"sentence-transformers": sentence_transformers.__version__,
                          "transformers": transformers.__version__, "torch": torch.__version__,
@@ -144,6 +157,7 @@ def main():
             "openvino_precision": openvino_precisions(peers),
             "onnx_qint8_config": quantization_target(),
             "sets": sets,
+            "stsb_spearman": rho,
         }
     Path(sys.argv[2]).write_text(json.dumps(result, indent=1), encoding="utf-8")
 

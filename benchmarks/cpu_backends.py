@@ -11,8 +11,18 @@ the whole set (oneDNN and OpenVINO build kernels per shape), the median of
 - skbert ``cache=False`` on torch fp32, OpenVINO fp32, ONNX Runtime fp32,
   OpenVINO bf16 (only where the CPU has native bf16: AVX512-BF16 or AMX) and
   OpenVINO int8 (static, the bundled calibration set);
-- skbert OpenVINO int8 with the default cache, cold (``skbert.clear_cache()``
-  before each run), against the same backend with ``cache=False``.
+- every skbert backend x dtype (torch fp32 and bf16 too) with the default
+  cache, cold (``skbert.clear_cache()`` before the run) and warm (the same
+  texts again, right after), against the same backend with ``cache=False``
+  (torch bf16's ``cache=False`` runner is timed for this table only).
+
+The encoder's work is counted from its config: per layer and token the
+weight multiply-adds (the Q, K, V and output projections, 4 h^2, and the two
+FFN matrices, 2 h i), plus attention's scores and weighted values (2 T h per
+token of a T-token window), times 2 for FLOPs, over the windows' real tokens
+(no padding). Each runner's GFLOP/s (int8: GOP/s) is set against the CPU's
+peak for its precision, from ``lscpu``: cores x clock x operations per core
+and cycle (see :func:`peak`).
 
 Each row: seconds, the ratio to the baseline, the largest difference of its
 features to skbert torch fp32 (fp32 backends: exactness) and the STS-B test
@@ -33,7 +43,7 @@ Spearman of the cosine of each pair against the gold score. Also measured:
   ``backend="onnx"``, onnx-qint8 (dynamic), ``backend="openvino"`` (in
   OpenVINO's default precision: bf16 where the CPU has it) and openvino-qint8
   (static, calibrated on 300 local SST-2 training sentences), timed the same
-  way by ``_peers.py`` in an environment of their own
+  way (and scored on STS-B test the same way) by ``_peers.py`` in an environment of their own
   (``benchmarks/.peer-env``, built on first use: their extras need
   transformers < 4.58), against that process's own torch fp32 baseline.
   onnx-qint8 has no skbert counterpart: skbert refuses ``backend="onnx",
@@ -82,7 +92,6 @@ PEER_PINS = ["torch==2.13.0", "sentence-transformers[onnx,openvino]<6", "transfo
 BATCH_SIZE = 32
 BASELINE = "sentence-transformers torch fp32"
 REFERENCE = "skbert torch fp32"
-CACHED = "skbert openvino int8, default cache (cold)"
 RUNNERS = {  # name -> BertVectorizer parameters beyond the common ones
     REFERENCE: {"backend": "torch"},
     "skbert openvino fp32": {"backend": "openvino"},
@@ -90,6 +99,9 @@ RUNNERS = {  # name -> BertVectorizer parameters beyond the common ones
     "skbert openvino bf16": {"backend": "openvino", "dtype": "bfloat16"},
     "skbert openvino int8": {"backend": "openvino", "dtype": "int8"},
 }
+# The default cache against cache=False, for every backend x dtype skbert runs on the CPU.
+CACHE_COST = {**RUNNERS, "skbert torch bf16": {"backend": "torch", "dtype": "bfloat16"}}
+COLD, WARM = ", default cache (cold)", ", default cache (warm)"
 PAIRS = [("skbert onnx fp32", "sentence-transformers onnx"),  # an engine and its peer
          ("skbert openvino fp32", "sentence-transformers openvino"),
          ("skbert openvino bf16", "sentence-transformers openvino"),
@@ -156,6 +168,57 @@ def cpu():
 
 def native_bf16():
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def encoder_flops(config, lengths):
+    """Floating-point (int8: integer) operations of one encoder pass over windows of
+    ``lengths`` tokens, padding not counted: 2 x the multiply-adds of the weight matrices
+    (4 h^2 + 2 h i per token and layer) and of attention (2 T h per token of a T-token
+    window and layer). Embeddings, norms, softmax and GELU are not multiply-adds."""
+    h, i = config.hidden_size, config.intermediate_size
+    lengths = np.asarray(lengths, dtype=np.float64)
+    macs = config.num_hidden_layers * (lengths.sum() * (4 * h * h + 2 * h * i)
+                                       + 2 * h * (lengths ** 2).sum())
+    return 2 * macs
+
+
+def peak():
+    """The CPU's peak operations per second by precision, and how they were counted.
+
+    cores x clock x operations per core and cycle, with two vector FMA pipes per
+    core (Intel's server cores with AVX-512 and AMD's Zen cores have two; some
+    Xeon Silver parts one): fp32 2 x lanes x 2, bf16 (AVX512-BF16 dot products,
+    two bf16 products per fp32 lane) twice that, int8 (VNNI, four int8 products
+    per lane) four times. The lanes: 16 with AVX-512, except on AMD family 25
+    (Zen 4), which runs 512-bit operations as two 256-bit halves: 8 there and
+    with AVX2. The clock is lscpu's maximum, or under a hypervisor that hides
+    it /proc/cpuinfo's (nominal) MHz: a core that boosts past it makes the peak
+    an underestimate. AMX tiles are not modelled.
+    """
+    name, flags = cpu()
+    fields = dict(line.split(":", 1) for line in subprocess.run(
+        ["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines() if ":" in line)
+    cores = int(fields["Core(s) per socket"]) * int(fields.get("Socket(s)", "1"))
+    mhz = fields.get("CPU max MHz")
+    if mhz is None:
+        with open("/proc/cpuinfo") as file:
+            mhz = next(line.split(":")[1] for line in file if line.startswith("cpu MHz"))
+    hz = float(mhz) * 1e6
+    zen4 = ("AuthenticAMD" in fields.get("Vendor ID", "")
+            and fields.get("CPU family", "").strip() == "25")
+    lanes = 16 if "avx512f" in flags and not zen4 else 8
+    fp32 = 2 * 2 * lanes  # two pipes, an FMA is two operations
+    per_cycle = {"fp32": fp32, "bf16": 2 * fp32 if "avx512_bf16" in flags else None,
+                 "int8": 4 * fp32 if {"avx512_vnni", "avx_vnni"} & flags else None}
+    how = (f"{cores} cores x {hz / 1e9:.2f} GHz x {fp32} fp32 operations per cycle (2 FMA pipes "
+           f"x {lanes} lanes x 2)" + ("; bf16 x2 (AVX512-BF16), int8 x4 (VNNI)"
+                                       if per_cycle["int8"] else ""))
+    return {key: None if value is None else cores * hz * value
+            for key, value in per_cycle.items()}, how
+
+
+def precision(name):
+    return "int8" if "int8" in name else "bf16" if "bf16" in name else "fp32"
 
 
 def print_header(threads):
@@ -232,21 +295,28 @@ def time_runners(texts, runners, repeats):
     return {name: statistics.median(values) for name, values in runs.items()}, outputs
 
 
-def throughput(corpora, runners, repeats):
-    """Per set: seconds, ratio to the baseline and largest difference to skbert torch fp32;
-    and the features of each runner."""
+def throughput(corpora, runners, repeats, flops, peaks):
+    """Per set: seconds, ratio to the baseline, largest difference to skbert torch fp32 and
+    operations per second (``flops`` of the set's encoder pass, against ``peaks`` by
+    precision); and the features of each runner."""
     results, features = {}, {}
     for corpus, texts in corpora.items():
-        print(f"\n{corpus}: {len(texts)} texts", flush=True)
+        print(f"\n{corpus}: {len(texts)} texts, {flops[corpus] / 1e9:.1f} GFLOP per pass",
+              flush=True)
         seconds, outputs = time_runners(texts, runners, repeats)
         results[corpus] = {name: {"seconds": seconds[name],
                                   "ratio": seconds[BASELINE] / seconds[name],
-                                  "diff": float(np.abs(outputs[name] - outputs[REFERENCE]).max())}
+                                  "diff": float(np.abs(outputs[name] - outputs[REFERENCE]).max()),
+                                  "gflops": flops[corpus] / seconds[name] / 1e9}
                            for name in runners}
         features[corpus] = outputs
         for name, row in results[corpus].items():
+            top = peaks[precision(name)]
+            rate = "" if name.endswith(WARM) else (  # a warm run does no encoder work
+                f", {row['gflops']:.0f} G{'OP' if 'int8' in name else 'FLOP'}/s"
+                + (f" ({row['gflops'] * 1e9 / top:.0%} of peak)" if top else ""))
             print(f"  {name:<46} {row['seconds']:>7.2f} s {row['ratio']:>6.2f}x "
-                  f"max |diff| to skbert torch fp32 {row['diff']:.2e}")
+                  f"max |diff| to skbert torch fp32 {row['diff']:.2e}{rate}")
     return results, features
 
 
@@ -332,15 +402,21 @@ def peer_python():
     return python
 
 
-def peers(corpora, threads, repeats):
-    """The peers' seconds, ratios to their own torch fp32 baseline and OpenVINO precisions."""
+def peers(corpora, threads, repeats, pairs, scores):
+    """The peers' seconds, ratios to their own torch fp32 baseline, OpenVINO precisions and
+    STS-B test Spearman (``pairs`` and ``scores``, of the sentences set)."""
     python = peer_python()
+    row = {text: i for i, text in enumerate(corpora["sentences"])}
+    kept = [i for i, (a, b) in enumerate(pairs) if a in row and b in row]
     with tempfile.TemporaryDirectory() as directory:
         job, result, log = (Path(directory) / name for name in ("job.json", "result.json", "log"))
         job.write_text(json.dumps({
             "model": str(get_model_path()), "sets": corpora,
             "calibration": list(dict.fromkeys(sst2("train")))[:300], "batch_size": BATCH_SIZE,
-            "threads": threads, "repeats": repeats}), encoding="utf-8")
+            "threads": threads, "repeats": repeats,
+            "stsb": {"set": "sentences", "first": [row[pairs[i][0]] for i in kept],
+                     "second": [row[pairs[i][1]] for i in kept],
+                     "scores": [float(scores[i]) for i in kept]}}), encoding="utf-8")
         print(f"\nPeers (sentence-transformers in {PEER_ENV.name}, {threads} threads)", flush=True)
         with open(log, "w") as output:
             status = subprocess.run([str(python), str(HERE / "_peers.py"), str(job), str(result)],
@@ -353,6 +429,8 @@ def peers(corpora, threads, repeats):
     print("  OpenVINO precision as it ran (sentence-transformers' default): " + ", ".join(
         f"{name} {value}" for name, value in found["openvino_precision"].items())
           + f"; onnx-qint8: the {found['onnx_qint8_config']} configuration")
+    print("  STS-B test Spearman: " + ", ".join(f"{name} {value:.4f}" for name, value in
+                                                found["stsb_spearman"].items()))
     for corpus, rows in found["sets"].items():
         base = rows[BASELINE]["seconds"]
         for name, row in rows.items():
@@ -369,17 +447,23 @@ def ran_as(found, name):
     return found["openvino_precision"].get(name)
 
 
-def markdown(corpora, speed, rho, accuracy, found, uses, ndcg, memory):
-    """The table and notes for benchmarks/README.md."""
+def markdown(corpora, speed, rho, accuracy, found, uses, ndcg, memory, peaks):
+    """The tables and notes for benchmarks/README.md."""
     first, second = corpora
     lines = [f"| runner | {first} s | vs ST fp32 | {second} s | vs ST fp32 | max abs diff | "
-             "STS-B Spearman | TREC accuracy |", "|---|---|---|---|---|---|---|---|"]
+             "STS-B Spearman | TREC accuracy | G(FL)OP/s, % of peak |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name in speed[first]:
+        if name.endswith((COLD, WARM)) or name not in rho:
+            continue
         a, b = speed[first][name], speed[second][name]
         trec = f"{accuracy[name]:.4f}" if name in accuracy else ""
+        top = peaks[precision(name)]
+        rate = " / ".join(f"{row['gflops']:.0f}" + (f" ({row['gflops'] * 1e9 / top:.0%})"
+                                                     if top else "") for row in (a, b))
         lines.append(f"| {name} | {a['seconds']:.2f} | {a['ratio']:.2f}x | {b['seconds']:.2f} | "
                      f"{b['ratio']:.2f}x | {max(a['diff'], b['diff']):.1e} | {rho[name]:.4f} | "
-                     f"{trec} |")
+                     f"{trec} | {rate} |")
     peer_sets = found["sets"] if found else {first: {}, second: {}}
     for name in peer_sets[first]:
         if name == BASELINE:
@@ -387,9 +471,17 @@ def markdown(corpora, speed, rho, accuracy, found, uses, ndcg, memory):
         a, b = peer_sets[first][name], peer_sets[second][name]
         label = f"peer: {name}" + (f" ({ran_as(found, name)})" if ran_as(found, name) else "")
         lines.append(f"| {label} | {a['seconds']:.2f} | {a['ratio']:.2f}x | {b['seconds']:.2f} | "
-                     f"{b['ratio']:.2f}x | {max(a['max_abs_diff'], b['max_abs_diff']):.1e} | | |")
+                     f"{b['ratio']:.2f}x | {max(a['max_abs_diff'], b['max_abs_diff']):.1e} | "
+                     f"{found['stsb_spearman'][name]:.4f} | | |")
     lines += ["", "- max abs diff: to skbert torch fp32; a peer's, to sentence-transformers torch "
-                  "fp32 in the peers' process, which its ratios are also measured against."]
+                  "fp32 in the peers' process, which its ratios are also measured against.", "",
+              f"| the default cache over cache=False | {first} cold | {first} warm | {second} cold "
+              f"| {second} warm |", "|---|---|---|---|---|"]
+    for name in cache_costs(corpora, speed):
+        costs = cache_costs(corpora, speed)[name]
+        lines.append(f"| {name} | " + " | ".join(f"{costs[c, kind]:.2f}x" for c in corpora
+                                                   for kind in ("cold", "warm")) + " |")
+    lines.append("")
     for skbert_name, peer in PAIRS:
         if skbert_name in speed[first] and peer in peer_sets[first]:
             lines.append(f"- {skbert_name} over {peer}: " + ", ".join(
@@ -406,6 +498,13 @@ def markdown(corpora, speed, rho, accuracy, found, uses, ndcg, memory):
         lines.append(f"- {name}: peak RSS growth {row['growth_mb']:.0f} MiB, cache holds "
                      f"{row['cache_mb']:.0f} MiB")
     return "\n".join(lines)
+
+
+def cache_costs(corpora, speed):
+    """``{runner: {(set, "cold" or "warm"): seconds with the default cache / cache=False}}``."""
+    return {name: {(c, kind): speed[c][name + suffix]["seconds"] / speed[c][name]["seconds"]
+                   for c in corpora for kind, suffix in (("cold", COLD), ("warm", WARM))}
+            for name in speed[corpora[0]] if name + COLD in speed[corpora[0]]}
 
 
 def targets(corpora, speed, rho, accuracy, uses, memory, found, ndcg):
@@ -440,10 +539,11 @@ def targets(corpora, speed, rho, accuracy, uses, memory, found, ndcg):
               for name in ("skbert openvino fp32", "skbert onnx fp32")]
     rows.append(("openvino / onnx fp32 >= 1.3x sentence-transformers torch fp32, both sets",
                  min(ratios) >= 1.3, " / ".join(f"{r:.2f}x" for r in ratios)))
-    costs = [speed[c][CACHED]["seconds"] / speed[c]["skbert openvino int8"]["seconds"]
-             for c in corpora]
-    rows.append(("default cache <= 1.10x cache=False (openvino int8), both sets",
-                 max(costs) <= 1.10, " / ".join(f"{r:.2f}x" for r in costs)))
+    costs = cache_costs(corpora, speed)
+    worst = max(costs, key=lambda name: max(costs[name].values()))
+    rows.append(("default cache <= 1.05x cache=False, every backend and dtype, cold and warm, "
+                 "both sets", max(costs[worst].values()) <= 1.05,
+                 ", ".join(f"{name} {max(cost.values()):.2f}x" for name, cost in costs.items())))
     reuse = [uses[dtype, "reuse"]["total_s"] for dtype in ("float32", "int8")]
     rows.append(("reuse of an export (fit + first transform) < 2 s, fp32 / int8",
                  max(reuse) < 2, " / ".join(f"{s:.2f} s" for s in reuse)))
@@ -484,13 +584,13 @@ def main():
     uses = first_use(texts[:32])
     with tempfile.TemporaryDirectory() as exports:
         os.environ["SKBERT_EXPORT_DIR"] = exports  # this run's exports, removed at the end
-        names = dict(RUNNERS)
+        names = dict(CACHE_COST)
         if not native_bf16():
-            del names["skbert openvino bf16"]
-            print("\nskbert openvino bf16: skipped: this CPU has no native bf16 (AVX512-BF16 "
+            for name in [name for name in names if "bf16" in name]:
+                del names[name]
+            print("\nskbert bf16 runners: skipped: this CPU has no native bf16 (AVX512-BF16 "
                   "or AMX); OpenVINO's bf16 hint would not compute in bf16 here", flush=True)
         models = {name: vectorizer(**params) for name, params in names.items()}
-        cached = vectorizer(cache=True, **RUNNERS["skbert openvino int8"])
         st_model = SentenceTransformer(str(get_model_path()), device="cpu")
 
         def nothing():
@@ -498,11 +598,24 @@ def main():
 
         runners = {BASELINE: (nothing, lambda X: st_model.encode(
             X, batch_size=BATCH_SIZE, normalize_embeddings=True))}
-        runners.update({name: (nothing, model.transform) for name, model in models.items()})
-        runners[CACHED] = (skbert.clear_cache, cached.transform)
-        speed, features = throughput(corpora, runners, args.repeats)
+        for name, model in models.items():
+            cached = vectorizer(cache=True, **names[name])
+            runners[name] = (nothing, model.transform)
+            runners[name + COLD] = (skbert.clear_cache, cached.transform)
+            runners[name + WARM] = (nothing, cached.transform)  # right after the cold run
+        tokenizer = models[REFERENCE].tokenizer_
+        flops = {corpus: encoder_flops(models[REFERENCE].model_.config, [
+            len(ids) for ids in tokenizer(texts, truncation=True, max_length=512)["input_ids"]])
+                 for corpus, texts in corpora.items()}
+        peaks, how = peak()
+        print(f"Peak: {how}: " + ", ".join(
+            f"{key} {value / 1e9:.0f} G{'OP' if key == 'int8' else 'FLOP'}/s"
+            for key, value in peaks.items() if value), flush=True)
+        speed, features = throughput(corpora, runners, args.repeats, flops, peaks)
         skbert.clear_cache()
-        rho = stsb_spearman(corpora["sentences"], features["sentences"], pairs, scores)
+        rho = stsb_spearman(corpora["sentences"], {
+            name: X for name, X in features["sentences"].items()
+            if name in RUNNERS or name == BASELINE}, pairs, scores)
         accuracy = trec_accuracy({name: models[name] for name in
                                   (REFERENCE, "skbert openvino int8")},
                                  args.limit)
@@ -511,10 +624,10 @@ def main():
         if args.memory:
             print("\nPeak RSS growth of one transform, default cache (a fresh process each)")
             memory = peak_memory(list(dict.fromkeys(sst2("train")))[:args.limit or 10_000],
-                                 list(names))
-    found = None if args.no_peers else peers(corpora, threads, args.repeats)
+                                 list(RUNNERS))
+    found = None if args.no_peers else peers(corpora, threads, args.repeats, pairs, scores)
 
-    print("\n" + markdown(list(corpora), speed, rho, accuracy, found, uses, ndcg, memory))
+    print("\n" + markdown(list(corpora), speed, rho, accuracy, found, uses, ndcg, memory, peaks))
     print("\nTargets:")
     for what, met, figures in targets(list(corpora), speed, rho, accuracy, uses, memory, found,
                                        ndcg):
