@@ -209,6 +209,10 @@ def onednn_linears(model):
             super().__init__()
             self.linear = linear  # its weight and bias, shared
 
+        # What model code may read of a Linear (a dtype, a shape) reads the same here.
+        weight = property(lambda self: self.linear.weight)
+        bias = property(lambda self: self.linear.bias)
+
         def forward(self, x):
             return torch.ops.mkldnn._linear_pointwise(x, self.linear.weight, self.linear.bias,
                                                       "none", [], "")

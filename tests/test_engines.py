@@ -760,4 +760,5 @@ def test_onednn_linears_share_the_weights_and_give_torch_hidden_states(tiny_mode
     query = copies[0].encoder.layer[0].attention.self.query
     assert type(query).__name__ == "OneDNNLinear"
     assert query.linear is model.encoder.layer[0].attention.self.query  # weights shared
+    assert query.weight is query.linear.weight and query.bias is query.linear.bias
     assert type(model.encoder.layer[0].attention.self.query) is torch.nn.Linear  # untouched
