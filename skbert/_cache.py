@@ -66,6 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
+from skbert._encoding import Rows
 from skbert._features import EXCLUDED
 from skbert._files import TEMPORARY, atomic_file
 
@@ -117,7 +118,8 @@ def _budget_from_environment():
 
 
 def window_keys(windows, model_fingerprint, engine_tag):
-    """One hex key per window: (format, model, engine, token ids, token type ids).
+    """One key per window (format, model, engine, token ids, token type ids), as an array of
+    32 hex digits (``S32``: 32 bytes a window, where a list of str takes 90).
 
     ``model_fingerprint`` names weights and config, ``engine_tag`` what computes
     with them (:attr:`skbert._engines.Engine.tag`: backend, dtype, library
@@ -128,16 +130,19 @@ def window_keys(windows, model_fingerprint, engine_tag):
     """
     prefix = hashlib.blake2b(FORMAT + model_fingerprint.encode() + engine_tag.encode(),
                              digest_size=16)
-    types = windows.token_type_ids or [None] * len(windows)
-    keys = []
-    for ids, type_ids, special in zip(windows.input_ids, types, windows.special_mask):
+    ids = windows.input_ids.values.astype(np.int64)  # the bytes keys have always hashed
+    offsets, types, special = (windows.input_ids.offsets, windows.token_type_ids,
+                               windows.special_mask)
+    excluded = special.count(EXCLUDED) > 0
+    keys = np.empty(len(windows), dtype="S32")
+    for index, (start, stop) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
         digest = prefix.copy()
-        digest.update(np.asarray(ids, dtype=np.int64).tobytes())
-        if type_ids is not None:
-            digest.update(b"|" + np.asarray(type_ids, dtype=np.int8).tobytes())
-        if special.max(initial=0) == EXCLUDED:
-            digest.update(b"#" + special.tobytes())
-        keys.append(digest.hexdigest())
+        digest.update(ids[start:stop])
+        if types is not None:
+            digest.update(b"|" + types[index].tobytes())
+        if excluded[index]:
+            digest.update(b"#" + special[index].tobytes())
+        keys[index] = digest.hexdigest()
     return keys
 
 
@@ -421,8 +426,8 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
     store : MemoryStore, DiskStore or None
         None computes every distinct window and stores nothing. A DiskStore's
         failed writes make one warning at the end of the call.
-    keys : list of str
-        One cache key per window (duplicates are computed once).
+    keys : ndarray of shape (n_windows,), dtype S32
+        One cache key per window (:func:`window_keys`; duplicates are computed once).
     lengths : ndarray of shape (n_windows,)
         Tokens per window: distinct windows go longest first, so that each
         chunk's forward batches pad little.
@@ -441,11 +446,11 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
     -------
     ndarray of shape (n_windows, n_features), float32
     """
-    first = {}
-    inverse = np.fromiter((first.setdefault(key, len(first)) for key in keys), dtype=np.int64,
-                          count=len(keys))
-    distinct = list(first)
-    window_of = np.unique(inverse, return_index=True)[1]  # the first window of each
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    # The windows of each distinct key, as rows: row k lists the windows of key k.
+    order = np.argsort(inverse.ravel(), kind="stable")
+    groups = Rows(order, np.searchsorted(inverse.ravel()[order], np.arange(len(distinct) + 1)))
+    window_of = order[groups.offsets[:-1]]  # the first window of each
     order = np.argsort(-np.asarray(lengths)[window_of], kind="stable")
     chunk = CHUNK_BYTES // (4 * sum(layout.width for layout in layouts))
     chunk = max(batch_size, chunk - chunk % batch_size)
@@ -456,7 +461,7 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
     features, all_kept = None, True
 
     def entry(row, layout):
-        return f"{distinct[row]}-{layout.tag}"
+        return f"{distinct[row].decode()}-{layout.tag}"
 
     for start in range(0, len(order), chunk):
         rows, hits = [], []
@@ -483,10 +488,12 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
             progress.update(len(hits))
         values = assemble(records)
         if features is None:
-            features = np.empty((len(distinct), values.shape[1]), dtype=np.float32)
-        features[rows] = values
+            features = np.empty((len(keys), values.shape[1]), dtype=np.float32)
+        targets = groups.take(rows)  # every window of these keys, duplicates included
+        features[targets.values] = values if len(targets.values) == len(rows) else np.repeat(
+            values, targets.lengths, axis=0)
     _report(store, all_kept)
-    return features if len(distinct) == len(keys) else features[inverse]
+    return features
 
 
 def window_entries(store, keys, sizes, compute, consume, batch_size=1, progress=None):

@@ -7,8 +7,10 @@ windows sorted by length, so each batch pads only to its own longest window,
 and results are written back in input order.
 """
 
+import collections.abc
 import copy
 import functools
+import itertools
 import threading
 import warnings
 from dataclasses import dataclass
@@ -19,55 +21,130 @@ from skbert._compat import install_output_hooks
 from skbert._features import EXCLUDED, compute_parts, layers_read
 
 
+class Rows(collections.abc.Sequence):
+    """Rows of token values of varying lengths, stored flat: row ``i`` is
+    ``values[offsets[i]:offsets[i + 1]]``, a view (written in place where it is changed).
+
+    One array of values and one of offsets instead of a small array per row:
+    a call over many texts holds a few bytes a token, in two allocations.
+    """
+
+    def __init__(self, values, offsets):
+        self.values, self.offsets = values, offsets
+
+    @classmethod
+    def of(cls, rows, dtype):
+        """``rows`` (any sequences of ints, or a ``Rows``) as flat ``dtype`` rows."""
+        if isinstance(rows, Rows):
+            return rows if rows.values.dtype == dtype else cls(rows.values.astype(dtype),
+                                                               rows.offsets)
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if len(rows) and isinstance(rows[0], np.ndarray):
+            return cls(np.concatenate(rows).astype(dtype, copy=False), offsets)
+        values = np.fromiter(itertools.chain.from_iterable(rows), dtype=dtype,
+                             count=int(offsets[-1]))
+        return cls(values, offsets)
+
+    @classmethod
+    def concatenate(cls, parts):
+        """The rows of ``parts`` one after another."""
+        offsets = [parts[0].offsets[:1]]
+        for part in parts:
+            offsets.append(part.offsets[1:] - part.offsets[0] + offsets[-1][-1])
+        return cls(np.concatenate([part.values[part.offsets[0]:part.offsets[-1]]
+                                   for part in parts]), np.concatenate(offsets))
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index):
+        row = range(len(self))[index]  # IndexError out of range; negative from the end
+        return self.values[self.offsets[row]:self.offsets[row + 1]]
+
+    def __iter__(self):
+        bounds = self.offsets.tolist()
+        return (self.values[start:stop] for start, stop in zip(bounds, bounds[1:]))
+
+    @property
+    def lengths(self):
+        return np.diff(self.offsets)
+
+    def _positions(self, indices):
+        """The flat positions of the rows at ``indices``, one after another, and their lengths."""
+        lengths = self.lengths[indices]
+        starts = self.offsets[:-1][indices]
+        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        return np.repeat(starts, lengths) + within, lengths
+
+    def take(self, indices):
+        """The rows at ``indices``, copied into rows of their own."""
+        positions, lengths = self._positions(np.asarray(indices, dtype=np.int64))
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return Rows(self.values[positions], offsets)
+
+    def padded(self, indices, value):
+        """The rows at ``indices`` as one int64 array, right-padded with ``value``."""
+        positions, lengths = self._positions(np.asarray(indices, dtype=np.int64))
+        padded = np.full((len(lengths), int(lengths.max(initial=0))), value, dtype=np.int64)
+        padded[np.arange(padded.shape[1]) < lengths[:, None]] = self.values[positions]
+        return padded
+
+    def count(self, value):
+        """How many of each row's values equal ``value``."""
+        totals = np.zeros(len(self.values) + 1, dtype=np.int64)
+        np.cumsum(self.values == value, out=totals[1:])
+        return totals[self.offsets[1:]] - totals[self.offsets[:-1]]
+
+
 @dataclass
 class Windows:
     """Tokenized encoder inputs: one row per window, in text order.
 
-    Rows are stored as small numpy arrays (a tenth of the memory of lists of
-    Python ints), whatever sequences they are given as.
+    ``input_ids``, ``special_mask`` and ``token_type_ids`` (or None) are
+    :class:`Rows` (int32, int8, int8), whatever row sequences they are given
+    as; ``owner`` is the text of each window.
     """
 
-    input_ids: list
-    special_mask: list
-    token_type_ids: list | None
+    input_ids: Rows
+    special_mask: Rows
+    token_type_ids: Rows | None
     owner: np.ndarray
 
     def __post_init__(self):
-        self.input_ids = [np.asarray(row, dtype=np.int32) for row in self.input_ids]
-        self.special_mask = [np.asarray(row, dtype=np.int8) for row in self.special_mask]
+        self.input_ids = Rows.of(self.input_ids, np.int32)
+        self.special_mask = Rows.of(self.special_mask, np.int8)
         if self.token_type_ids is not None:
-            self.token_type_ids = [np.asarray(row, dtype=np.int8) for row in self.token_type_ids]
+            self.token_type_ids = Rows.of(self.token_type_ids, np.int8)
 
     def __len__(self):
         return len(self.input_ids)
 
+    def _rows(self):
+        return self.input_ids, self.special_mask, self.token_type_ids
+
     @classmethod
     def concatenate(cls, parts):
         """One ``Windows`` holding the rows of ``parts`` in order (owners as they are)."""
-        def joined(name):
-            rows = [getattr(part, name) for part in parts]
-            return None if rows[0] is None else [row for part in rows for row in part]
-
-        return cls(joined("input_ids"), joined("special_mask"), joined("token_type_ids"),
-                   np.concatenate([part.owner for part in parts]))
+        rows = [None if parts[0]._rows()[k] is None
+                else Rows.concatenate([part._rows()[k] for part in parts]) for k in range(3)]
+        return cls(*rows, np.concatenate([part.owner for part in parts]))
 
     def subset(self, indices):
         """The windows at ``indices`` (owners kept)."""
-        def pick(rows):
-            return None if rows is None else [rows[i] for i in indices]
-
-        return Windows(pick(self.input_ids), pick(self.special_mask), pick(self.token_type_ids),
+        return Windows(*(None if rows is None else rows.take(indices) for rows in self._rows()),
                        self.owner[indices])
 
     @property
     def n_text_tokens(self):
         """Tokens per window that are not special tokens."""
-        return self.lengths - np.fromiter(map(np.count_nonzero, self.special_mask), np.int64,
-                                           len(self))
+        return self.special_mask.count(0)
 
     @functools.cached_property
     def lengths(self):
-        return np.fromiter(map(len, self.input_ids), dtype=np.int64, count=len(self))
+        return self.input_ids.lengths
 
 
 def tokenize(tokenizer, texts, max_length, truncation="head", stride=0, prompt="",
@@ -233,18 +310,11 @@ def length_sorted_batches(lengths, batch_size, max_tokens=MAX_BATCH_TOKENS):
     return batches
 
 
-def _pad(rows, value):
-    padded = np.full((len(rows), max(map(len, rows))), value, dtype=np.int64)
-    for row, tokens in enumerate(rows):
-        padded[row, :len(tokens)] = tokens
-    return padded
-
-
 def _model_inputs(tokenizer, windows, batch, device):
     import torch
 
     def tensor(rows, value):
-        return torch.from_numpy(_pad([rows[i] for i in batch], value)).to(device)
+        return torch.from_numpy(rows.padded(batch, value)).to(device)
 
     input_ids = tensor(windows.input_ids, tokenizer.pad_token_id)
     lengths = torch.from_numpy(windows.lengths[batch]).to(device)

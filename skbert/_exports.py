@@ -219,8 +219,8 @@ class _Compiled:
         feed = {name: inputs[name].numpy() for name in self._names}
         with self._lock:
             if self.backend == "openvino":
-                results = self._model(feed)
-                outputs = [np.array(results[index]) for index in range(len(results))]
+                results = self._model(feed)  # copies of the outputs (share_outputs=False)
+                outputs = [results[index] for index in range(len(results))]
             else:
                 outputs = self._model.run(None, feed)
         tensors = [torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))

@@ -164,12 +164,28 @@ class Layout:
         return sorted({key[1] for key in self.keys if key[0] == "max_of_mean"})
 
     @functools.cached_property
-    def selection(self):
-        """(averages, layers) float32 array: which stacked layers each average sums."""
-        selection = np.zeros((len(self.averages), len(self.layers)), dtype=np.float32)
-        for row, members in enumerate(self.averages):
-            selection[row, [self.layers.index(layer) for layer in members]] = 1.0
-        return selection
+    def sums(self):
+        """How each average's sum is added up, one ``(row, base, layers)`` per average in
+        order of size: stacked row ``row`` (the layers, then the averages) is stacked row
+        ``base`` plus the stacked rows ``layers``, one after another.
+
+        A sum adds its layers from the deepest down, and starts from the sum of
+        its deeper layers where that is an average too (the last k layers from
+        the last k - 1): every sum of the same layers is the same float32
+        value, however many averages the layout has, in one addition per row
+        for the usual averages.
+        """
+        row = {(layer,): index for index, layer in enumerate(self.layers)}
+        row.update({members: len(self.layers) + index
+                    for index, members in enumerate(self.averages)})
+        plan = []
+        for members in sorted(self.averages, key=len):
+            deepest = tuple(sorted(members, reverse=True))
+            start = next(size for size in range(len(deepest) - 1, 0, -1)
+                         if tuple(sorted(deepest[:size])) in row or size == 1)
+            plan.append((row[members], row[tuple(sorted(deepest[:start]))],
+                         [row[(layer,)] for layer in deepest[start:]]))
+        return plan
 
     @functools.cached_property
     def blocks(self):
@@ -216,8 +232,8 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     """The records of one batch: every part of ``layout``, in a handful of tensor operations.
 
     Tile by tile of tokens, the layers read are stacked layer-major, and the
-    sums of the layer averages that max pooling reads are written below them
-    by one matmul with a 0/1 selection matrix. Then each kind of part is one
+    sums of the layer averages that max pooling reads are written below them,
+    each by one addition for the usual averages (:attr:`Layout.sums`). Then each kind of part is one
     operation over all layers at once: masked sums for the means as one
     batched matmul for both masks, masked maxima of layers and averages
     together as one reduction (:func:`_tile_maxima`); [CLS] and final [SEP] are
@@ -255,7 +271,6 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     n_layers, n_averages = len(layout.layers), len(layout.averages)
     n_rows = n_layers + n_averages
     blocks = layout.blocks
-    selection = torch.from_numpy(layout.selection).to(device)
 
     def masks_of(*kinds):
         return sorted({special for kind, special in blocks if kind in kinds}, reverse=True)
@@ -276,13 +291,15 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
         states = stacked[:n_layers]
         torch.stack([hidden_states[layer][:, start:stop].float() for layer in layout.layers],
                     out=states)
-        if n_averages:
-            torch.mm(selection, states.reshape(n_layers, -1),
-                     out=stacked[n_layers:].view(n_averages, -1))
+        for row, base, layers in layout.sums:
+            torch.add(stacked[base], stacked[layers[0]], out=stacked[row])
+            for layer in layers[1:]:
+                stacked[row].add_(stacked[layer])
         if start == 0:
             ends[0] = stacked[:, :, 0]
         inside = ((last >= start) & (last < stop)).nonzero().flatten()
-        ends[1][:, inside] = stacked[:, inside, last[inside] - start]
+        positions = inside * (stop - start) + last[inside] - start  # in the flattened tile
+        ends[1].index_copy_(1, inside, stacked.view(n_rows, -1, dim).index_select(1, positions))
         if mean_masks:
             sums = sums + torch.matmul(weights[None, :, :, start:stop], states)
         if max_masks:
@@ -296,7 +313,8 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
             min=1.0)[None, :, None]
     if ends_only and True in max_masks:  # all tokens: the text tokens and the two ends
         maxima[True] = torch.maximum(maxima[False], ends[:, first:].amax(dim=0))
-    sizes = selection.sum(dim=1)[:, None, None]
+    sizes = torch.tensor([float(len(members)) for members in layout.averages],
+                         device=device)[:, None, None]
     for special in max_masks:  # a window without such tokens pools to zeros
         values = maxima[special].masked_fill_(~masks[special].any(dim=1)[None, :, None], 0.0)
         vectors["max", special] = values[:n_layers - first]

@@ -418,7 +418,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
             layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
         keys = _cache.window_keys(windows, self._loaded.fingerprint, self._engine.tag)
-        with self._progress(len(set(keys))) as progress:
+        with self._progress(len(np.unique(keys))) as progress:
             def compute(indices, out):
                 forward_parts(runner, self.tokenizer_, windows.subset(indices), layouts,
                               self.batch_size, progress, out)

@@ -218,7 +218,7 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
         stored = sorted(set(layers)) if store is None else list(range(self.n_layers_))
         setting = ([stored.index(layer) for layer in layers], self.layer_combine,
                    self.subword_pooling)
-        with self._progress(len(set(keys))) as progress:
+        with self._progress(len(np.unique(keys))) as progress:
             features = _words.features(self._engine.runner(self._device()), self.tokenizer_,
                                        alignment, keys, store, stored, setting, width,
                                        self.batch_size, progress)

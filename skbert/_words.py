@@ -369,7 +369,7 @@ def features(runner, tokenizer, alignment, keys, store, stored, setting, width, 
     tag = hashlib.blake2b(repr(("tokens", tuple(stored), hidden_size)).encode(),
                           digest_size=6).hexdigest()
     first = {}  # windows of equal tokens are one entry
-    entry_of = np.fromiter((first.setdefault(f"{key}-{tag}", len(first)) for key in keys),
+    entry_of = np.fromiter((first.setdefault(f"{key.decode()}-{tag}", len(first)) for key in keys),
                            dtype=np.int64, count=len(keys))
     distinct = np.unique(entry_of, return_index=True)[1]  # the first window of each entry
     target_entry = entry_of[alignment.window]

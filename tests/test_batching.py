@@ -160,3 +160,35 @@ def test_a_shallow_pass_first_leaves_later_full_passes_right(private, texts):
     got = private.set_params(layer="all").transform(texts)
     expected = reference_features(private.model, texts, layer="all")
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
+def test_flat_rows_match_the_rows_they_hold():
+    rows = [[5, 1, 2], [7], [], [3, 3, 4, 9], [8, 0]]
+    flat = _encoding.Rows.of(rows, np.int32)
+    assert [row.tolist() for row in flat] == rows and len(flat) == len(rows)
+    assert flat[-1].tolist() == rows[-1] and flat.lengths.tolist() == [3, 1, 0, 4, 2]
+    with pytest.raises(IndexError):
+        flat[len(rows)]
+    picked = [3, 0, 2, 3]
+    assert [row.tolist() for row in flat.take(picked)] == [rows[i] for i in picked]
+    padded = flat.padded(picked, -1)
+    assert padded.dtype == np.int64 and padded.shape == (4, 4)
+    assert padded.tolist() == [rows[i] + [-1] * (4 - len(rows[i])) for i in picked]
+    assert flat.count(3).tolist() == [row.count(3) for row in rows]
+    halves = _encoding.Rows.concatenate([flat.take([0, 1]), flat.take([2, 3, 4])])
+    assert [row.tolist() for row in halves] == rows
+    flat[0][:] = 6  # a row is a view: written in place
+    assert flat.values[:3].tolist() == [6, 6, 6]
+
+
+def test_windows_held_flat_keep_their_rows(tiny_model_dir, texts):
+    vectorizer = BertVectorizer(tiny_model_dir, cache=False).fit()
+    windows = tokenize(vectorizer.tokenizer_, texts, 16, "chunks", 2)
+    expected = vectorizer.tokenizer_(texts, truncation=True, max_length=16, stride=2,
+                                     return_overflowing_tokens=True)["input_ids"]
+    assert [row.tolist() for row in windows.input_ids] == expected
+    assert windows.input_ids.values.dtype == np.int32
+    assert windows.special_mask.values.dtype == np.int8
+    part = windows.subset([2, 0])
+    assert [row.tolist() for row in part.input_ids] == [expected[2], expected[0]]
+    assert part.owner.tolist() == windows.owner[[2, 0]].tolist()
