@@ -60,8 +60,15 @@ class Rows(collections.abc.Sequence):
         return len(self.offsets) - 1
 
     def __getitem__(self, index):
-        row = range(len(self))[index]  # IndexError out of range; negative from the end
-        return self.values[self.offsets[row]:self.offsets[row + 1]]
+        """Row ``index`` (a view), or for a slice of step 1 the rows in it (views of the
+        values)."""
+        rows = range(len(self))[index]  # IndexError out of range; negative from the end
+        if isinstance(index, slice):
+            if rows.step != 1:
+                raise ValueError("Rows take slices of step 1; use take() for others.")
+            offsets = self.offsets[rows.start:max(rows.start, rows.stop) + 1]
+            return Rows(self.values[offsets[0]:offsets[-1]], offsets - offsets[0])
+        return self.values[self.offsets[rows]:self.offsets[rows + 1]]
 
     def __iter__(self):
         bounds = self.offsets.tolist()
@@ -377,26 +384,25 @@ def run_batches(runner, tokenizer, windows, read, pooler, batch_size, write):
     deepest = runner.config.num_hidden_layers if pooler or not read else max(1, *read)
     encode = runner.encoder(deepest, read, pooler)
 
-    def run(batch):
-        inputs, special = _model_inputs(tokenizer, windows, batch, runner.device)
-        try:
-            hidden, pooler_output = encode(inputs)
-        except torch.cuda.OutOfMemoryError:
-            if len(batch) == 1:
-                raise
-            del inputs, special
-            torch.cuda.empty_cache()
-            warnings.warn(f"Out of GPU memory on a batch of {len(batch)} windows: retrying it "
-                          "in two halves. A smaller batch_size avoids the retries.",
-                          RuntimeWarning, stacklevel=5)
-            run(batch[:len(batch) // 2])
-            run(batch[len(batch) // 2:])
-            return
-        write(batch, inputs, special, hidden, pooler_output)
-
     with torch.inference_mode():
         for batch in length_sorted_batches(windows.lengths, batch_size):
-            run(batch)
+            pending = [batch]  # a batch, or the halves of one that ran out of memory
+            while pending:
+                batch = pending.pop()
+                inputs, special = _model_inputs(tokenizer, windows, batch, runner.device)
+                try:
+                    hidden, pooler_output = encode(inputs)
+                except torch.cuda.OutOfMemoryError:
+                    if len(batch) == 1:
+                        raise
+                    del inputs, special
+                    torch.cuda.empty_cache()
+                    warnings.warn(f"Out of GPU memory on a batch of {len(batch)} windows: "
+                                  "retrying it in two halves. A smaller batch_size avoids the "
+                                  "retries.", RuntimeWarning, stacklevel=4)
+                    pending += [batch[len(batch) // 2:], batch[:len(batch) // 2]]
+                    continue
+                write(batch, inputs, special, hidden, pooler_output)
 
 
 def _as_slice(indices):

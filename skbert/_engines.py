@@ -176,14 +176,18 @@ class Engine:
 
     def _model_on(self, device):
         """The torch model that runs on ``device``: a copy there where ``loaded.model`` is
-        elsewhere (it is shared), on the CPU with its float32 Linear layers on oneDNN
-        (:func:`onednn_linears`)."""
+        elsewhere (it is shared), on a CPU with AVX-512 with its float32 Linear layers on
+        oneDNN (:func:`onednn_linears`)."""
+        import torch
+
         key = str(device)
         if key not in self._moved:
             model = self.loaded.model
             if next(model.parameters()).device != device:
                 model = copy.deepcopy(model).to(device)
-            self._moved[key] = onednn_linears(model) if device.type == "cpu" else model
+            on_avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+            self._moved[key] = onednn_linears(model) if device.type == "cpu" and on_avx512 \
+                else model
         return self._moved[key]
 
 
@@ -194,9 +198,12 @@ def onednn_linears(model):
     PyTorch runs a float32 Linear on the CPU through its BLAS (MKL); the
     oneDNN linear that its compiler (inductor) emits for the CPU ran
     all-MiniLM-L6-v2 1.5x faster on an AMD EPYC with AVX-512, where MKL takes a
-    slower path (benchmarks/words.py). The result is a copy of the module tree
-    that shares every weight, the Linear ones too. Both compute in float32:
-    features differ by rounding (a few 1e-6).
+    slower path (benchmarks/words.py). On an AVX2-only EPYC it was no faster,
+    and it costs memory: oneDNN keeps kernels for every batch shape it has run
+    (290 shapes: +511 MB resident against +54 MB with torch's Linear), so the
+    torch engine uses it on CPUs with AVX-512 only. The result is a copy of
+    the module tree that shares every weight, the Linear ones too. Both
+    compute in float32: features differ by rounding (a few 1e-6).
     """
     import torch
 

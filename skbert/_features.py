@@ -443,8 +443,6 @@ def merge_windows(vectors, owner, n_text_tokens, how):
         Plain mean, element-wise max, or mean weighted by ``n_text_tokens``.
     """
     starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-    if len(starts) == len(owner):
-        return vectors
     if how == "max":
         return np.maximum.reduceat(vectors, starts, axis=0)
     weights = np.ones(len(owner)) if how == "mean" else np.maximum(n_text_tokens, 1)

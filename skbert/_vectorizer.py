@@ -397,8 +397,9 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
                            self.stride, self.prompt_, self._sentence.include_prompt)
         features = self._window_features(runner, windows, extraction)
-        features = merge_windows(features, windows.owner, windows.n_text_tokens,
-                                 self.chunk_pooling)
+        if len(windows) > len(texts):  # texts cut into several windows ("chunks")
+            features = merge_windows(features, windows.owner, windows.n_text_tokens,
+                                     self.chunk_pooling)
         if width < features.shape[1]:
             features = np.ascontiguousarray(features[:, :width])
         norm = self.norm_

@@ -175,6 +175,10 @@ def test_flat_rows_match_the_rows_they_hold():
     assert padded.dtype == np.int64 and padded.shape == (4, 4)
     assert padded.tolist() == [rows[i] + [-1] * (4 - len(rows[i])) for i in picked]
     assert flat.count(3).tolist() == [row.count(3) for row in rows]
+    for part in [slice(1, 4), slice(-2, None), slice(2, 2), slice(4, 9), slice(None)]:
+        assert [row.tolist() for row in flat[part]] == rows[part]
+    with pytest.raises(ValueError, match="step 1"):
+        flat[::2]
     halves = _encoding.Rows.concatenate([flat.take([0, 1]), flat.take([2, 3, 4])])
     assert [row.tolist() for row in halves] == rows
     flat[0][:] = 6  # a row is a view: written in place

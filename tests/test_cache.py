@@ -142,6 +142,38 @@ def test_keys_change_with_weights_max_length_and_dtype(tiny_model_dir):
     assert len(_cache.MEMORY) == n_entries + 3 and not np.allclose(changed, base)
 
 
+def test_keys_hash_each_window_alone_in_blocks_of_any_size(tiny_model_dir, texts,
+                                                           monkeypatch):
+    import hashlib
+
+    from skbert._encoding import EXCLUDED, Windows, tokenize
+
+    tokenizer = BertVectorizer(tiny_model_dir).fit().tokenizer_
+    singles = Windows.concatenate([
+        tokenize(tokenizer, texts + texts[:2], 12, "chunks", 2),
+        tokenize(tokenizer, texts, 12, prompt="query: ", pool_prompt=False),
+    ])
+    pairs = tokenize(tokenizer, list(zip(texts, texts[::-1])) * 2, 16)
+    assert (singles.special_mask.count(EXCLUDED) > 0).any() and pairs.token_type_ids is not None
+    for windows in [singles, pairs]:
+        keys = _cache.window_keys(windows, "model", "engine")
+        for block in [1, 3]:
+            monkeypatch.setattr(_cache, "KEY_BLOCK", block)
+            assert (_cache.window_keys(windows, "model", "engine") == keys).all()
+        monkeypatch.undo()
+        # The bytes hashed are those of every earlier release: disk caches stay valid.
+        for index in range(len(windows)):
+            special = windows.special_mask[index]
+            digest = hashlib.blake2b(_cache.FORMAT + b"modelengine", digest_size=16)
+            digest.update(windows.input_ids[index].astype(np.int64))
+            if windows.token_type_ids is not None:
+                digest.update(b"|" + windows.token_type_ids[index].tobytes())
+            if (special == EXCLUDED).any():
+                digest.update(b"#" + special.tobytes())
+            assert keys[index].decode() == digest.hexdigest()
+        assert len(set(keys.tolist())) < len(keys)  # repeated texts' windows share keys
+
+
 @pytest.fixture
 def budget_of_three(counted, texts):
     """The counted vectorizer under an in-memory budget of three entries, and one's size."""

@@ -762,3 +762,19 @@ def test_onednn_linears_share_the_weights_and_give_torch_hidden_states(tiny_mode
     assert query.linear is model.encoder.layer[0].attention.self.query  # weights shared
     assert query.weight is query.linear.weight and query.bias is query.linear.bias
     assert type(model.encoder.layer[0].attention.self.query) is torch.nn.Linear  # untouched
+
+
+@pytest.mark.parametrize("capability, converted", [("AVX512", True), ("AVX2", False)])
+def test_the_torch_engine_takes_onednn_linears_on_avx512_cpus_only(tiny_model_dir, texts,
+                                                                     monkeypatch, capability,
+                                                                     converted):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    vectorizer = BertVectorizer(tiny_model_dir, cache=False).fit()
+    model = vectorizer._engine.runner(torch.device("cpu")).model
+    query = model.encoder.layer[0].attention.self.query
+    assert (type(query).__name__ == "OneDNNLinear") == converted
+    assert (model is vectorizer.model_) != converted  # a converted copy shares the weights
+    reference = BertVectorizer(tiny_model_dir, cache=False).fit()
+    monkeypatch.undo()
+    np.testing.assert_allclose(vectorizer.transform(texts), reference.transform(texts),
+                               atol=1e-5)
