@@ -24,14 +24,21 @@ with the largest block freed), so part of a peak can be allocator slack, not
 live data; skbert never changes allocator settings itself.
 ``--mmap-threshold 131072`` fixes the threshold in the measured process (a
 diagnosis: the peak without that slack, paid for in page faults).
+oneDNN, the kernel library of torch and of OpenVINO's CPU plugin, keeps the
+kernels it builds for each input shape (up to 1,024 by default);
+``--onednn-cache 0`` runs the child with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``
+(a diagnosis too: ``BertVectorizer`` leaves that process-wide setting alone,
+the ``skbert`` command sets it to 0).
 
 Run: ``python benchmarks/memory.py [--backends torch,openvino-int8]
-[--runs cache=False,default,bare encoder] [--mmap-threshold BYTES] [N ...]``
+[--runs cache=False,default,bare encoder] [--mmap-threshold BYTES]
+[--onednn-cache CAPACITY] [N ...]``
 (default 20,000 60,000)
 """
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -95,7 +102,13 @@ def main():
     parser.add_argument("--mmap-threshold", type=int, default=0, metavar="BYTES",
                         help="fix glibc's mmap threshold in the child (e.g. 131072, its "
                              "start value): what the peak is without the allocator's slack")
+    parser.add_argument("--onednn-cache", type=int, default=None, metavar="CAPACITY",
+                        help="run the child with ONEDNN_PRIMITIVE_CACHE_CAPACITY set (e.g. 0): "
+                             "what the peak is without oneDNN's per-shape kernels")
     args = parser.parse_args()
+    env = dict(os.environ)
+    if args.onednn_cache is not None:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(args.onednn_cache)
     print(f"{'backend':<14} {'run':<13} {'texts':>7} {'peak growth MB':>15} {'output MB':>10} "
           f"{'store MB':>9} {'beyond MB':>10}")
     for backend in args.backends.split(","):
@@ -105,7 +118,8 @@ def main():
             for n in args.sizes:
                 result = subprocess.run(
                     [sys.executable, "-W", "ignore", "-c", CHILD, str(n), str(SST2), backend, what,
-                     str(BUDGET), str(args.mmap_threshold)], capture_output=True, text=True)
+                     str(BUDGET), str(args.mmap_threshold)], capture_output=True, text=True,
+                    env=env)
                 if result.returncode:
                     sys.exit(result.stderr)
                 row = json.loads(result.stdout.strip().splitlines()[-1])

@@ -188,15 +188,21 @@ def graph(engine, depth, states, pooler):
 
 
 class _Compiled:
-    """A compiled OpenVINO model or an ONNX Runtime session, called by one thread at a time.
+    """A compiled OpenVINO model or an ONNX Runtime session.
 
     Made from an export directory, or from the converted model in memory
-    (an ``openvino.Model``, or the bytes of an ONNX file).
+    (an ``openvino.Model``, or the bytes of an ONNX file). OpenVINO runs one
+    infer request per calling thread, whose outputs are returned without a
+    copy: they are valid until the same thread's next call (the records of a
+    batch are computed before the next batch runs). Copying the seven hidden
+    states of a cache record out of every batch cost about 2% of a float32
+    transform of 3,424 sentences. An ONNX Runtime session is called by one
+    thread at a time.
     """
 
     def __init__(self, backend, dtype, artifact, states, pooler):
         self.backend, self.states, self.pooler = backend, list(states), pooler
-        self._lock = threading.Lock()
+        self._lock, self._requests = threading.Lock(), threading.local()
         if backend == "openvino":
             import openvino
 
@@ -223,11 +229,14 @@ class _Compiled:
         import torch
 
         feed = {name: inputs[name].numpy() for name in self._names}
-        with self._lock:
-            if self.backend == "openvino":
-                results = self._model(feed)  # copies of the outputs (share_outputs=False)
-                outputs = [results[index] for index in range(len(results))]
-            else:
+        if self.backend == "openvino":
+            request = getattr(self._requests, "request", None)
+            if request is None:
+                request = self._requests.request = self._model.create_infer_request()
+            results = request.infer(feed, share_outputs=True)
+            outputs = [results[index] for index in range(len(results))]
+        else:
+            with self._lock:
                 outputs = self._model.run(None, feed)
         tensors = [torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
                    for out in outputs]

@@ -740,6 +740,28 @@ def test_compiled_graphs_are_bounded(tiny_model_dir, texts, monkeypatch):
     assert [graph.states for graph in _exports._graphs.values()] == [[2], [1]]  # 1 used last
 
 
+def test_an_openvino_call_keeps_its_outputs_while_another_thread_runs(tiny_model_dir):
+    """OpenVINO's outputs are returned without a copy: each thread has a request of its own,
+    so another thread's call does not write over them (a shared request would)."""
+    import threading
+
+    vectorizer = BertVectorizer(tiny_model_dir, backend="openvino", cache=False).fit()
+    graph = vectorizer._engine.runner(vectorizer._device()).encoder(2, [2], False)
+    ids = torch.tensor([[2, 7, 8, 9, 3], [2, 9, 8, 7, 3]])
+
+    def inputs(input_ids):
+        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                "token_type_ids": torch.zeros_like(input_ids)}
+
+    first = graph(inputs(ids))[0][2]
+    expected = first.clone()
+    other = threading.Thread(target=lambda: graph(inputs(ids.flip(0))))
+    other.start()
+    other.join(60)
+    np.testing.assert_array_equal(first, expected)
+    assert not torch.equal(graph(inputs(ids.flip(0)))[0][2], expected)
+
+
 def test_onednn_linears_share_the_weights_and_give_torch_hidden_states(tiny_model_dir):
     from transformers import AutoModel, AutoTokenizer
 
