@@ -197,7 +197,7 @@ class _Compiled:
     batch are computed before the next batch runs). Copying the seven hidden
     states of a cache record out of every batch cost about 2% of a float32
     transform of 3,424 sentences. An ONNX Runtime session is called by one
-    thread at a time.
+    thread at a time, and its threads sleep between calls.
     """
 
     def __init__(self, backend, dtype, artifact, states, pooler):
@@ -222,7 +222,13 @@ class _Compiled:
             import onnxruntime
 
             model = str(artifact / "model.onnx") if isinstance(artifact, Path) else artifact
-            self._model = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+            options = onnxruntime.SessionOptions()
+            # Its threads otherwise spin for work after each run, on the cores that the
+            # records of the batch are computed on next: they took 1.7-2.4 s instead of
+            # 0.7-0.9 over 3,424 sentences (benchmarks/README.md, 2026-12-02, Zen 3).
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            self._model = onnxruntime.InferenceSession(model, options,
+                                                       providers=["CPUExecutionProvider"])
             self._names = {node.name for node in self._model.get_inputs()}
 
     def __call__(self, inputs):

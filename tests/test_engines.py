@@ -762,6 +762,15 @@ def test_an_openvino_call_keeps_its_outputs_while_another_thread_runs(tiny_model
     assert not torch.equal(graph(inputs(ids.flip(0)))[0][2], expected)
 
 
+def test_onnx_runtime_threads_sleep_between_calls(tiny_model_dir):
+    """Spinning ONNX Runtime threads would take the cores that the records of each batch
+    are computed on between two calls."""
+    vectorizer = BertVectorizer(tiny_model_dir, backend="onnx", cache=False).fit()
+    graph = vectorizer._engine.runner(vectorizer._device()).encoder(2, [2], False)
+    options = graph._model.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 def test_onednn_linears_share_the_weights_and_give_torch_hidden_states(tiny_model_dir):
     from transformers import AutoModel, AutoTokenizer
 
