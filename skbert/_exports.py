@@ -225,7 +225,7 @@ class _Compiled:
             options = onnxruntime.SessionOptions()
             # Its threads otherwise spin for work after each run, on the cores that the
             # records of the batch are computed on next: they took 1.0-2.4 s instead of
-            # 0.7-0.9 over 3,424 sentences (benchmarks/README.md, 2026-12-02, Zen 3).
+            # 0.7-0.9 over 3,424 sentences (benchmarks/README.md, 2026-12-02 (night)).
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             self._model = onnxruntime.InferenceSession(model, options,
                                                        providers=["CPUExecutionProvider"])
