@@ -327,7 +327,8 @@ def cache_cost(corpora, vectorizers, slices, rounds, seed=0):
     a round as over one pass (fresh memory included). Round 0 warms up (the
     kernels of each batch shape) and is not counted; ``rounds`` more are.
     The ratio is of the sums over the counted slices; its 90% interval
-    resamples them (bootstrap, 2,000 draws).
+    resamples them (bootstrap, 2,000 draws), so it holds for this run: on a
+    shared machine a run minutes later can land outside it.
 
     Parameters
     ----------
