@@ -221,30 +221,32 @@ class Layout:
 # that the model's pooling config excludes); 1 marks special tokens, 0 text tokens.
 EXCLUDED = 2
 
-# Bytes of stacked token vectors one step of compute_parts holds: long windows go through
-# in tiles of tokens, so that a batch of 16,384 tokens needs no copy of all its layers. (Larger
-# tiles, or one buffer kept for all the batches, raised the peak memory of
-# examples/semantic_search.py from 1.45 GB to 2 GB: glibc keeps the freed memory.)
-TILE_BYTES = 16 * 1024**2
+# Bytes of one row of token vectors (one layer, or one sum of layers) that one step of
+# compute_parts reads: long windows go through in tiles of tokens, and each row of a tile is
+# reduced as soon as it is read or summed, while it is in the CPU's cache. A tile of all the
+# rows stacked (16 MiB, a copy of every layer) took 0.84-0.87 s over the 3,424 sentences
+# of benchmarks/cpu_backends.py where this takes 0.72-0.79 (benchmarks/README.md,
+# 2026-12-02 (late night)).
+TILE_BYTES = 2 * 1024**2
 
 
 def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, layout, out=None):
-    """The records of one batch: every part of ``layout``, in a handful of tensor operations.
+    """The records of one batch: every part of ``layout``, row by row of a tile of tokens.
 
-    Tile by tile of tokens, the layers read are stacked layer-major, and the
-    sums of the layer averages that max pooling reads are written below them,
-    each by one addition for the usual averages (:attr:`Layout.sums`). Then each kind of part is one
-    operation over all layers at once: masked sums for the means as one
-    batched matmul for both masks, masked maxima of layers and averages
-    together as one reduction (:func:`_tile_maxima`); [CLS] and final [SEP] are
-    gathered once. When every window's special tokens are its first and last
-    token (single texts), the max over all tokens is the max over the text
-    tokens and those two. The vectors reach the record in one ``cat``.
+    The rows are the layers read and the sums of the layer averages that max
+    pooling reads (:attr:`Layout.sums`: each by one addition for the usual
+    averages, from the sum before it). Tile by tile of tokens, each row is
+    reduced while it is in the cache: masked sums for the means of a layer as
+    one matmul for both masks and masked maxima (:func:`_tile_span`,
+    :func:`_tile_max`; :func:`_tile_rows` makes the rows); [CLS] and final
+    [SEP] are gathered once. When every window's special tokens are its first and last token
+    (single texts), the max over all tokens is the max over the text tokens
+    and those two. The vectors reach the record in one ``cat``.
 
     Parameters
     ----------
     hidden_states : indexable by layer -> tensor (batch, tokens, dim)
-        Needs only the layers that ``layout`` reads.
+        Needs only the layers that ``layout`` reads. Never written to.
     attention_mask, special_mask : tensors (batch, tokens)
         1 for real tokens (right padded); 1 for special tokens ([CLS], [SEP]),
         :data:`EXCLUDED` for tokens that no pooling reads (an excluded prompt).
@@ -275,37 +277,41 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     def masks_of(*kinds):
         return sorted({special for kind, special in blocks if kind in kinds}, reverse=True)
 
-    # [CLS] and final [SEP] of every stacked row (layers, then the averages' sums).
-    ends = torch.empty((2, n_rows, batch, dim), device=device)
     mean_masks, max_masks = masks_of("mean"), masks_of("max", "max_of_mean")
     weights = torch.stack([masks[special] for special in mean_masks], dim=1).float() \
         if mean_masks else None
-    first = 0 if masks_of("max") else n_layers  # the first stacked row whose max is read
-    sums, maxima = 0.0, {}
-    tile = min(n_tokens, max(1, TILE_BYTES // max(1, n_rows * batch * dim * 4)))
-    buffer = torch.empty(n_rows * batch * tile * dim, device=device)  # for every tile
+    sums = torch.zeros((n_layers, batch, len(mean_masks), dim), device=device)
+    first = 0 if masks_of("max") else n_layers  # the first row whose max is read
+    reduced = ([False] if ends_only else max_masks) if max_masks else []
+    # [CLS] and final [SEP] of every row: gathered from the layers, and added up as the sums
+    # are (the same float32 additions, element by element).
+    ends = torch.empty((2, n_rows, batch, dim), device=device)
+    if n_layers:
+        torch.stack([hidden_states[layer][:, 0].float() for layer in layout.layers],
+                    out=ends[0, :n_layers])
+        torch.stack([hidden_states[layer][rows, last].float() for layer in layout.layers],
+                    out=ends[1, :n_layers])
+    for row, base, layers in layout.sums:
+        torch.add(ends[:, base], ends[:, layers[0]], out=ends[:, row])
+        for layer in layers[1:]:
+            ends[:, row] += ends[:, layer]
+    maxima = {}
+    tile = min(n_tokens, max(1, TILE_BYTES // max(1, batch * dim * 4)))
     for start in range(0, n_tokens if n_layers else 0, tile):
         stop = min(n_tokens, start + tile)
-        # (layers + averages, batch, tokens of the tile, dim)
-        stacked = buffer[:n_rows * batch * (stop - start) * dim].view(n_rows, batch, -1, dim)
-        states = stacked[:n_layers]
-        torch.stack([hidden_states[layer][:, start:stop].float() for layer in layout.layers],
-                    out=states)
-        for row, base, layers in layout.sums:
-            torch.add(stacked[base], stacked[layers[0]], out=stacked[row])
-            for layer in layers[1:]:
-                stacked[row].add_(stacked[layer])
-        if start == 0:
-            ends[0] = stacked[:, :, 0]
-        inside = ((last >= start) & (last < stop)).nonzero().flatten()
-        positions = inside * (stop - start) + last[inside] - start  # in the flattened tile
-        ends[1].index_copy_(1, inside, stacked.view(n_rows, -1, dim).index_select(1, positions))
-        if mean_masks:
-            sums = sums + torch.matmul(weights[None, :, :, start:stop], states)
-        if max_masks:
-            tiled = _tile_maxima(stacked[first:], masks, max_masks, start, last, ends_only)
-            maxima = {special: torch.maximum(maxima[special], values) if maxima else values
-                      for special, values in tiled.items()}
+        spans = {special: _tile_span(masks[special], start, stop, last, ends_only)
+                 for special in reduced}
+        pooled = {special: {} for special in reduced}  # special -> {row: (batch, dim)}
+        for row, values in _tile_rows(hidden_states, layout, start, stop):
+            if row < n_layers and mean_masks:
+                sums[row].baddbmm_(weights[:, :, start:stop], values)
+            if row >= first:
+                for special, span in spans.items():
+                    pooled[special][row] = _tile_max(values, span)
+        for special, values in pooled.items():
+            values = torch.stack([values[row] for row in range(first, n_rows)])
+            maxima[special] = torch.maximum(maxima[special], values) if special in maxima \
+                else values
 
     vectors = {}  # block -> tensor (members, batch, dim)
     for index, special in enumerate(mean_masks):
@@ -316,7 +322,9 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     sizes = torch.tensor([float(len(members)) for members in layout.averages],
                          device=device)[:, None, None]
     for special in max_masks:  # a window without such tokens pools to zeros
-        values = maxima[special].masked_fill_(~masks[special].any(dim=1)[None, :, None], 0.0)
+        values, empty = maxima[special], ~masks[special].any(dim=1)
+        if bool(empty.any()):
+            values = values.masked_fill(empty[None, :, None], 0.0)
         vectors["max", special] = values[:n_layers - first]
         # The max of the averages is the max of the sums, divided after: fewer values.
         vectors["max_of_mean", special] = values[n_layers - first:] / sizes
@@ -338,49 +346,63 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     return out
 
 
-def _tile_maxima(values, masks, specials, start, last, ends_only):
-    """Masked max over the tokens of one tile, -inf where a window has none there.
-
-    ``values`` (n, batch, tile tokens, dim) are the tokens from position
-    ``start`` on. Returns ``{special: (n, batch, dim)}``; with ``ends_only``,
-    only ``{False: ...}``, the max over the text tokens. The token positions
-    that every window keeps are reduced as a view, without masking; only the
-    others are copied and masked (adding -inf beats a broadcast masked_fill_).
-    """
+def _tile_rows(hidden_states, layout, start, stop):
+    """The rows of the tokens ``start:stop``, in order: ``(row, values)`` for the layers read,
+    then for the sums of the averages (:attr:`Layout.sums`), values float32 (batch, tokens,
+    dim), valid until the next row. A sum's memory is reused once no later sum starts
+    from it (the usual averages: one buffer, each sum written over the one before)."""
     import torch
 
-    stop = start + values.shape[2]
-    if ends_only:  # text tokens of window i: positions 1 to last[i] - 1
-        shortest, longest = (int(value) for value in torch.aminmax(last))
-        keep = (max(1, start), min(shortest, stop))
-        ragged = (max(shortest, start, 1), min(longest, stop))
-        positions = torch.arange(ragged[0], max(ragged[0], ragged[1]), device=last.device)
-        masked = {False: positions[None] < last[:, None]}
-        spans = {False: (keep, ragged)}
-    else:
-        spans, masked = {}, {}
-        for special in specials:
-            mask = masks[special][:, start:stop]
-            columns = mask.all(dim=0).nonzero().flatten() + start
-            keep = (int(columns[0]), int(columns[-1]) + 1) if len(columns) else (start, start)
-            if keep[1] - keep[0] != len(columns):  # not one run: mask every column
-                keep = (start, start)
-            spans[special] = (keep, (start, stop))
-            masked[special] = mask.clone()
-            masked[special][:, keep[0] - start:keep[1] - start] = False
-    maxima = {}
-    for special, (keep, ragged) in spans.items():
-        if keep[1] > keep[0]:
-            pooled = values[:, :, keep[0] - start:keep[1] - start].amax(dim=2)
+    n_layers = len(layout.layers)
+    tiles, free = {}, []
+    for row, layer in enumerate(layout.layers):
+        tiles[row] = hidden_states[layer][:, start:stop].float()
+        yield row, tiles[row]
+    for index, (row, base, layers) in enumerate(layout.sums):
+        later = {base for _, base, _ in layout.sums[index + 1:]}
+        if base >= n_layers and base not in later:  # written over in place
+            total = tiles.pop(base)
+            total += tiles[layers[0]]
         else:
-            pooled = torch.full((values.shape[0], values.shape[1], values.shape[3]),
-                                float("-inf"), device=values.device)
-        if ragged[1] > ragged[0] and masked[special].any():
-            part = values[:, :, ragged[0] - start:ragged[1] - start] + torch.where(
-                masked[special], 0.0, float("-inf"))[None, :, :, None]
-            pooled = torch.maximum(pooled, part.amax(dim=2))
-        maxima[special] = pooled
-    return maxima
+            total = torch.add(tiles[base], tiles[layers[0]],
+                              out=free.pop() if free else None)
+        for layer in layers[1:]:
+            total += tiles[layer]
+        yield row, total
+        if row in later:
+            tiles[row] = total
+        else:
+            free.append(total)
+
+
+def _tile_span(mask, start, stop, last, ends_only):
+    """Which tokens of ``start:stop`` :func:`_tile_max` reduces for one mask: ``(lo, hi,
+    bias)``, the columns of the tile and, unless every window keeps all of them, 0 or -inf
+    per window and column (batch, columns, 1) to add before the max. With ``ends_only``
+    the text tokens of window i are positions 1 to last[i] - 1."""
+    import torch
+
+    if ends_only:
+        lo, hi = max(1, start), min(int(last.max()), stop)
+        kept = torch.arange(lo, max(lo, hi), device=last.device)[None] < last[:, None]
+    else:
+        lo, hi = start, stop
+        kept = mask[:, start:stop]
+    bias = None if bool(kept.all()) else torch.where(kept, 0.0, float("-inf"))[:, :, None]
+    return lo - start, hi - start, bias
+
+
+def _tile_max(values, span):
+    """The max of one row of a tile (batch, tokens, dim) over the tokens of ``span``
+    (:func:`_tile_span`): -inf where a window has none there."""
+    import torch
+
+    lo, hi, bias = span
+    if hi <= lo:
+        return torch.full((values.shape[0], values.shape[2]), float("-inf"),
+                          device=values.device)
+    part = values[:, lo:hi]
+    return (part if bias is None else part + bias).amax(dim=1)
 
 
 def merge_layers(vectors, how):
