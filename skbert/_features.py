@@ -239,9 +239,9 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     reduced while it is in the cache: masked sums for the means of a layer as
     one matmul for both masks and masked maxima (:func:`_tile_span`,
     :func:`_tile_max`; :func:`_tile_rows` makes the rows); [CLS] and final
-    [SEP] are gathered once. When every window's special tokens are its first and last token
-    (single texts), the max over all tokens is the max over the text tokens
-    and those two. The vectors reach the record in one ``cat``.
+    [SEP] are gathered once. When every window's special tokens are its first
+    and last token (single texts), the max over all tokens is the max over the
+    text tokens and those two. The vectors reach the record in one ``cat``.
 
     Parameters
     ----------
