@@ -384,7 +384,7 @@ def run_batches(runner, tokenizer, windows, read, pooler, batch_size, write):
     deepest = runner.config.num_hidden_layers if pooler or not read else max(1, *read)
     encode = runner.encoder(deepest, read, pooler)
 
-    with torch.inference_mode():
+    with torch.inference_mode(), runner.torch_threads():
         for batch in length_sorted_batches(windows.lengths, batch_size):
             pending = [batch]  # a batch, or the halves of one that ran out of memory
             while pending:

@@ -6,9 +6,11 @@ and the calibration texts, says what the cache key must say of it
 (:attr:`Engine.tag`) and gives, for a device, the runner that
 :func:`skbert._encoding.forward_parts` calls: ``runner.encoder(depth, read,
 pooler)`` is a callable from model inputs to ``({layer: hidden states},
-pooler output or None)`` for the encoder cut after layer ``depth``. Nothing
-before (tokenization, the cache) or after (:func:`skbert._features.compute_parts`)
-knows which backend runs.
+pooler output or None)`` for the encoder cut after layer ``depth``, and
+``runner.torch_threads()`` the context that the torch work around the batches
+runs in (one thread beside a CPU engine). Nothing before (tokenization, the
+cache) or after (:func:`skbert._features.compute_parts`) knows which backend
+runs.
 
 The CPU engines run graphs converted from a private copy of the torch model,
 once per export key, and stored for other processes and clones
@@ -24,6 +26,7 @@ batch-independent int8 graph of it was faster than its float32 one
 (benchmarks/onnx_int8_modes.py).
 """
 
+import contextlib
 import copy
 import functools
 import importlib.util
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 
 from skbert import _exports, _loading
 from skbert._compat import install_output_hooks
+from skbert._threads import one_openmp_thread
 
 BACKENDS = ("torch", "openvino", "onnx")
 # What each CPU engine computes in; torch keeps its own list (skbert._loading.DTYPES).
@@ -261,6 +265,10 @@ class TorchRunner:
 
         return encode
 
+    def torch_threads(self):
+        """The thread limit of the torch work around the batches: none, torch runs them."""
+        return contextlib.nullcontext()
+
 
 class _CompiledRunner:
     """A CPU engine as a runner: one compiled graph per cut, on the CPU."""
@@ -272,5 +280,10 @@ class _CompiledRunner:
 
     def encoder(self, depth, read, pooler):
         return _exports.graph(self.engine, depth, sorted(set(read) | {depth}), pooler)
+
+    def torch_threads(self):
+        """The torch work around the batches (inputs, records) in one thread, so that torch's
+        threads do not spin on the cores the engine runs on next (:func:`one_openmp_thread`)."""
+        return one_openmp_thread()
 
 

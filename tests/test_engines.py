@@ -771,6 +771,33 @@ def test_onnx_runtime_threads_sleep_between_calls(tiny_model_dir):
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
+@pytest.mark.parametrize("backend", ["torch", *ENGINES])
+def test_records_beside_an_engine_run_in_one_torch_thread(tiny_model_dir, texts, backend,
+                                                         monkeypatch):
+    """Torch's threads would spin on the cores that the engine's next batch runs on; the
+    torch backend keeps its threads, and the calling thread's count is restored."""
+    from skbert import _encoding
+
+    seen, compute_parts = [], _encoding.compute_parts
+
+    def counted(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return compute_parts(*args, **kwargs)
+
+    monkeypatch.setattr(_encoding, "compute_parts", counted)
+    expected = BertVectorizer(tiny_model_dir, cache=False).fit_transform(texts)
+    before, threads = torch.get_num_threads(), max(2, torch.get_num_threads())
+    torch.set_num_threads(threads)
+    try:
+        seen.clear()
+        got = BertVectorizer(tiny_model_dir, backend=backend, cache=False).fit_transform(texts)
+        assert seen and set(seen) == {threads if backend == "torch" else 1}
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
 def test_onednn_linears_share_the_weights_and_give_torch_hidden_states(tiny_model_dir):
     from transformers import AutoModel, AutoTokenizer
 
