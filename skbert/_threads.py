@@ -53,6 +53,6 @@ def one_openmp_thread():
     engine's next batch needs. With this limit, cache=False transforms took
     0.84x-0.89x the time on OpenVINO int8, 0.85x bf16, 0.94x float32 and 0.91x
     on ONNX Runtime, default-cache ones 0.91x-1.00x (benchmarks/README.md,
-    2026-12-02 (evening)). Without an OpenMP torch it changes nothing.
+    2026-12-02 (Zen 5)). Without an OpenMP torch it changes nothing.
     """
     return _openmp().limit(limits=1)
