@@ -27,12 +27,15 @@ diagnosis: the peak without that slack, paid for in page faults).
 oneDNN, the kernel library of torch and of OpenVINO's CPU plugin, keeps the
 kernels it builds for each input shape (up to 1,024 by default);
 ``--onednn-cache 0`` runs the child with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``
-(a diagnosis too: ``BertVectorizer`` leaves that process-wide setting alone,
-the ``skbert`` command sets it to 0).
+(a diagnosis too: ``BertVectorizer`` leaves that process-wide setting alone).
+torch's oneDNN linears (:func:`skbert._engines.onednn_linears`, on CPUs with
+AVX-512) also go through ideep, torch's oneDNN wrapper, whose own per-shape
+cache holds up to ``LRU_CACHE_CAPACITY`` (1,024) entries: ``--ideep-cache 16``
+sets it in the child (0 crashes torch).
 
 Run: ``python benchmarks/memory.py [--backends torch,openvino-int8]
 [--runs cache=False,default,bare encoder] [--mmap-threshold BYTES]
-[--onednn-cache CAPACITY] [N ...]``
+[--onednn-cache CAPACITY] [--ideep-cache CAPACITY] [N ...]``
 (default 20,000 60,000)
 """
 
@@ -105,10 +108,15 @@ def main():
     parser.add_argument("--onednn-cache", type=int, default=None, metavar="CAPACITY",
                         help="run the child with ONEDNN_PRIMITIVE_CACHE_CAPACITY set (e.g. 0): "
                              "what the peak is without oneDNN's per-shape kernels")
+    parser.add_argument("--ideep-cache", type=int, default=None, metavar="CAPACITY",
+                        help="run the child with LRU_CACHE_CAPACITY set (e.g. 16; 0 crashes "
+                             "torch): the per-shape cache of torch's oneDNN wrapper (ideep)")
     args = parser.parse_args()
     env = dict(os.environ)
     if args.onednn_cache is not None:
         env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(args.onednn_cache)
+    if args.ideep_cache is not None:
+        env["LRU_CACHE_CAPACITY"] = str(args.ideep_cache)
     print(f"{'backend':<14} {'run':<13} {'texts':>7} {'peak growth MB':>15} {'output MB':>10} "
           f"{'store MB':>9} {'beyond MB':>10}")
     for backend in args.backends.split(","):

@@ -30,6 +30,8 @@ POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
 # Texts per chunk of skbert embed: dozens of batches, so length sorting still pays, and a
 # working set that does not depend on the input's size.
 CHUNK_SIZE = 1024
+# Kernels that oneDNN and ideep keep per input shape in the command's process (see run).
+KERNEL_CACHE = "16"
 DEFAULT_MODEL = "bert-base-uncased"
 MISSING = ("error", "empty", "skip")
 
@@ -341,15 +343,24 @@ def main(argv=None):
 def run():
     """The ``skbert`` console command: :func:`main` in a process of its own.
 
-    oneDNN, torch's CPU kernel library, keeps one compiled kernel per input
-    shape. Over the varied batch shapes of ``skbert embed``, 2,000 -> 12,000
-    lines of SST-2 raised peak RSS by 40 to 68 MB with that cache and by 26 to
-    31 MB without it, at the same speed (fp32 and bf16, measured on the
-    project's CPU; docs/scaling.md). The command owns its process, so it turns the cache
-    off unless ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is set; :func:`main`, which
-    other programs may call, leaves process-wide settings alone.
+    oneDNN, torch's CPU kernel library, keeps compiled kernels per input
+    shape, up to 1,024 (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``), and so does
+    ideep, torch's wrapper of it, which runs skbert's float32 Linear layers on
+    CPUs with AVX-512 (``LRU_CACHE_CAPACITY``). Over the varied batch shapes
+    of ``skbert embed``, 2,000 -> 12,000 lines of SST-2 raised peak RSS by 40
+    to 68 MB with that cache and by 26 to 31 MB without it (docs/scaling.md).
+    Without any cache, every batch builds its kernels again: on an AVX-512 CPU
+    a first pass over 3,424 sentences took 1.2x-1.3x as long. Batches go
+    longest first, so a batch's shape is mostly its predecessor's: 16 kernels
+    each ran as fast as 1,024, and a transform of 20,000 / 60,000 texts held
+    60 / 75 MB beyond its output with them, 104 / 120 with 1,024 and 62 / 59
+    with oneDNN's cache off (benchmarks/README.md, 2026-12-02 (Zen 5, last
+    run)). The command owns its process, so it sets both
+    capacities to 16 unless they are set; :func:`main`, which other programs
+    may call, leaves process-wide settings alone.
     """
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")  # read when torch loads
+    for variable in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+        os.environ.setdefault(variable, KERNEL_CACHE)  # read when torch loads
     warnings.showwarning = _show_warning
     return main()
 

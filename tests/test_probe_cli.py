@@ -391,12 +391,14 @@ def test_device_and_model_directory_errors_say_what_is_wrong(tiny_model_dir, tmp
         BertVectorizer(str(tmp_path)).fit()
 
 
-def test_the_command_turns_the_onednn_kernel_cache_off_unless_set(monkeypatch):
-    variable, seen = "ONEDNN_PRIMITIVE_CACHE_CAPACITY", []
-    monkeypatch.setattr(_cli, "main", lambda: seen.append(os.environ.get(variable)) or 0)
-    monkeypatch.setenv(variable, "unset below")  # so that the test's end restores it
-    monkeypatch.delenv(variable)
+def test_the_command_bounds_the_onednn_kernel_caches_unless_set(monkeypatch):
+    variables, seen = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"), []
+    monkeypatch.setattr(_cli, "main",
+                        lambda: seen.append([os.environ.get(name) for name in variables]) or 0)
+    for variable in variables:
+        monkeypatch.setenv(variable, "unset below")  # so that the test's end restores it
+        monkeypatch.delenv(variable)
     assert _cli.run() == 0
-    monkeypatch.setenv(variable, "256")
+    monkeypatch.setenv(variables[0], "256")
     assert _cli.run() == 0
-    assert seen == ["0", "256"]
+    assert seen == [["16", "16"], ["256", "16"]]
