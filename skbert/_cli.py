@@ -349,9 +349,9 @@ def run():
     CPUs with AVX-512 (``LRU_CACHE_CAPACITY``). Over the varied batch shapes
     of ``skbert embed``, 2,000 -> 12,000 lines of SST-2 raised peak RSS by 40
     to 68 MB with that cache and by 26 to 31 MB without it (docs/scaling.md).
-    Without any cache, every batch builds its kernels again: on an AVX-512 CPU
-    a first pass over 3,424 sentences took 1.2x-1.3x as long. Batches go
-    longest first, so a batch's shape is mostly its predecessor's: 16 kernels
+    With oneDNN's cache off, every batch builds its kernels again: on an
+    AVX-512 CPU a first pass over 3,424 sentences took 1.1x-1.3x as long.
+    Batches go longest first, so a batch's shape is mostly its predecessor's: 16 kernels
     each ran as fast as 1,024, and a transform of 20,000 / 60,000 texts held
     60 / 75 MB beyond its output with them, 104 / 120 with 1,024 and 62 / 59
     with oneDNN's cache off (benchmarks/README.md, 2026-12-02 (Zen 5, last
