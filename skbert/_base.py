@@ -13,8 +13,6 @@ import dataclasses
 import os
 from numbers import Integral
 
-import numpy as np
-
 from skbert import _cache, _engines, _loading, _persistence
 from skbert._compat import Interval, StrOptions
 from skbert._encoding import text_budget
@@ -67,8 +65,7 @@ class EncoderMixin:
 
     def _window_length(self):
         """Tokens per window: ``max_length``, checked against the model's limit."""
-        limit = min(self.tokenizer_.model_max_length,
-                    getattr(self._config, "max_position_embeddings", np.inf))
+        limit = _loading.length_limit(self.tokenizer_, self._config)
         max_length = int(limit) if self.max_length is None else self.max_length
         if max_length > limit:
             raise ValueError(
@@ -146,7 +143,13 @@ class FeaturesMixin(EncoderMixin):
 
     def _use(self, engine):
         self._engine, self.tokenizer_ = engine, engine.loaded.tokenizer
-        self.n_layers_ = engine.loaded.config.num_hidden_layers + 1
+
+    @property
+    def n_layers_(self):
+        """Hidden states of the model in use, the embedding output included (layers + 1)."""
+        if "_engine" not in self.__dict__:
+            raise AttributeError("n_layers_")  # not fitted
+        return self._config.num_hidden_layers + 1
 
     @property
     def _loaded(self):

@@ -22,3 +22,12 @@ def install_output_hooks(model):
     except ImportError:
         return
     maybe_install_capturing_hooks(model)
+
+
+def tensor_version(tensor):
+    """torch's version counter of ``tensor`` (bumped by every in-place change), or None
+    where it has none (an inference-mode tensor) or this torch does not expose it."""
+    try:
+        return tensor._version
+    except (AttributeError, RuntimeError):
+        return None

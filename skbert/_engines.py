@@ -144,7 +144,8 @@ class Engine:
     backend: str
     dtype: str
     calibration: tuple | None = None
-    _moved: dict = field(default_factory=dict, repr=False)  # str(device) -> torch model there
+    # (str(device), fingerprint) -> the torch model that runs there
+    _moved: dict = field(default_factory=dict, repr=False)
 
     @property
     def settings(self):
@@ -184,8 +185,10 @@ class Engine:
         oneDNN (:func:`onednn_linears`)."""
         import torch
 
-        key = str(device)
+        key = (str(device), self.loaded.fingerprint)  # a copy of weights changed since is stale
         if key not in self._moved:
+            for stale in [moved for moved in self._moved if moved[1] != key[1]]:
+                del self._moved[stale]
             model = self.loaded.model
             if next(model.parameters()).device != device:
                 model = copy.deepcopy(model).to(device)

@@ -9,7 +9,9 @@ torch and transformers are imported inside the functions that need them, so
 import collections
 import contextlib
 import dataclasses
+import functools
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -34,7 +36,7 @@ class LoadedModel:
 
     tokenizer: object
     config: object
-    fingerprint: str
+    loaded_fingerprint: str  # of the weights as loaded; :attr:`fingerprint` is of them now
     tokenizer_fingerprint: str
     sentence: "SentenceConfig"
     has_pooler: bool
@@ -42,6 +44,14 @@ class LoadedModel:
     _model: object = None
     loader: object = None
     _model_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # The fingerprint of the weights in the state that :func:`weights_state` saw last.
+    _fingerprint: str | None = field(default=None, repr=False)
+    _state: tuple | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self._fingerprint is None:
+            self._fingerprint = self.loaded_fingerprint
+            self._state = None if self._model is None else weights_state(self._model)
 
     @classmethod
     def of(cls, model, tokenizer, sentence, stamp=None):
@@ -53,14 +63,38 @@ class LoadedModel:
     def model(self):
         with self._model_lock:
             if self._model is None:
-                self._model = self.loader()
+                self._model = self.loader()  # checked against ``loaded_fingerprint``
+                self._state = weights_state(self._model)
             return self._model
+
+    @property
+    def fingerprint(self):
+        """The fingerprint of the weights as they are now.
+
+        Taken anew when a parameter or buffer of the model was changed in place
+        since it was taken (``weight.mul_(0.5)``, an optimizer step,
+        ``load_state_dict``: torch's version counters) or replaced (a new
+        ``Parameter``, ``.data`` assigned, a submodule swapped); cheap otherwise
+        (1 ms for BERT-base). Writes that bypass torch's counters
+        (``weight.data.mul_()``, through a numpy view) are not seen.
+        """
+        with self._model_lock:
+            if self._model is not None:
+                state = weights_state(self._model)
+                if state != self._state:
+                    self._fingerprint, self._state = model_fingerprint(self._model), state
+            return self._fingerprint
+
+    def changed(self):
+        """Whether the weights differ from those loaded (changed in place since)."""
+        return self.fingerprint != self.loaded_fingerprint
 
     def with_model(self, model):
         """A copy around another ``model``, fingerprinted anew."""
         return dataclasses.replace(self, config=model.config, has_pooler=_has_pooler(model),
-                                   fingerprint=model_fingerprint(model), _model=model,
-                                   loader=None, _model_lock=threading.Lock())
+                                   loaded_fingerprint=model_fingerprint(model), _model=model,
+                                   loader=None, _model_lock=threading.Lock(),
+                                   _fingerprint=None, _state=None)
 
 
 def _has_pooler(model):
@@ -142,6 +176,47 @@ def model_fingerprint(model):
         digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
         digest.update(flat.view(torch.uint8).numpy())
     return digest.hexdigest()
+
+
+def length_limit(tokenizer, config):
+    """The most tokens a window of the model may hold: the tokenizer's ``model_max_length``
+    and the model's position embeddings, less those that RoBERTa-family models skip (their
+    positions begin after the padding index: 514 embeddings hold 512 tokens)."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is None:
+        return tokenizer.model_max_length
+    if _positions_after_padding(config.model_type):
+        limit -= config.pad_token_id + 1
+    return min(tokenizer.model_max_length, limit)
+
+
+@functools.cache
+def _positions_after_padding(model_type):
+    """Whether ``model_type``'s transformers implementation numbers positions from
+    ``pad_token_id + 1`` (``create_position_ids_from_input_ids``: RoBERTa, XLM-R, MPNet,
+    CamemBERT, Longformer, ...)."""
+    import importlib
+
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    name = MODEL_MAPPING_NAMES.get(model_type)
+    if name is None or not hasattr(transformers, name):
+        return False
+    module = importlib.import_module(getattr(transformers, name).__module__)
+    # A function of the module in older transformers, a static method of the embeddings now.
+    classes = [value for value in vars(module).values() if isinstance(value, type)]
+    return any(hasattr(owner, "create_position_ids_from_input_ids")
+               for owner in (module, *classes))
+
+
+def weights_state(model):
+    """What changes when a parameter or buffer of ``model`` is changed in place or replaced:
+    each tensor's identity, storage and version counter."""
+    from skbert._compat import tensor_version
+
+    return tuple((id(tensor), tensor.data_ptr(), tensor_version(tensor))
+                 for tensor in itertools.chain(model.parameters(), model.buffers()))
 
 
 def tokenizer_fingerprint(tokenizer):
@@ -283,7 +358,8 @@ def load(source, revision, dtype, device, records=None):
     with _lock:
         loaded = _shared.get(key)
         stamp = folder_stamp(source)
-        if loaded is None or loaded.stamp != stamp:
+        # A model changed in place (through ``model_``) is not the folder's any more.
+        if loaded is None or loaded.stamp != stamp or loaded.changed():
             check_dtype(dtype, device)
             loaded = records and records.find(source, revision, dtype, device, stamp)
             if not loaded:
