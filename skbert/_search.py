@@ -8,8 +8,8 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
 from skbert._index import INDEXES, top_k_blocked
-from skbert._validation import check_texts
-from skbert._words import check_words, reads_words
+from skbert._validation import _items, _where, check_texts
+from skbert._words import check_words, frame_rows, reads_words
 
 
 def _unit_rows(vectors):
@@ -289,10 +289,13 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
     vectorizer : transformer
         Turns texts into vectors; cloned and fitted on every text of the pairs
         at ``fit`` (so learned post-processing such as whitening fits on them).
-        With a :class:`skbert.BertWordVectorizer`, a row of ``X`` is a pair of
-        word samples, ``((words1, i1), (words2, i2))`` or ``((text1, start1,
-        end1), (text2, start2, end2))``: the similarity of one word in two
-        contexts (WiC's sense check: same meaning or not).
+        With a :class:`skbert.BertWordVectorizer` (or a Pipeline that starts
+        with one), a row of ``X`` is a pair of word samples, ``((words1, i1),
+        (words2, i2))`` or ``((text1, start1, end1), (text2, start2,
+        end2))``: the similarity of one word in two contexts (WiC's sense
+        check: same meaning or not). In a two-column DataFrame each cell is a
+        sample (in polars an object column, or a struct with the fields
+        ``words, index`` or ``text, start, end``).
     metric : {"cosine", "dot", "euclidean", "manhattan"}, default="cosine"
         Cosine similarity, inner product, or the negated Euclidean / Manhattan
         distance (so that higher always means more similar).
@@ -455,11 +458,17 @@ def _word_pairs(X):
     s2, e2))``, each side checked as :class:`skbert.BertWordVectorizer` checks samples."""
     if isinstance(X, (str, bytes)):
         raise ValueError(f"PairSimilarity takes pairs of word samples; got {type(X).__name__}.")
-    rows = list(X)
+    if hasattr(X, "collect"):  # a polars LazyFrame
+        _items(X, "pairs of word samples")
+    columns = getattr(X, "columns", None)
+    if columns is not None and len(columns) != 2:
+        raise ValueError(f"A DataFrame of pairs of word samples has two columns, one sample in "
+                         f"each cell; got {[str(name) for name in columns]}.")
+    rows, labels = (list(X), None) if columns is None else frame_rows(X)
     for position, row in enumerate(rows):
         if not (isinstance(row, (tuple, list)) and len(row) == 2):
             raise ValueError(
-                f"Pair at index {position} is {type(row).__name__} ({row!r}): with a "
+                f"{_where('Pair', position, labels)} is {type(row).__name__} ({row!r}): with a "
                 "BertWordVectorizer, PairSimilarity takes pairs of word samples, "
                 "((words1, i1), (words2, i2)) or ((text1, start1, end1), (text2, start2, end2))."
             )

@@ -6,14 +6,15 @@ import numbers
 import numpy as np
 
 
-def _items(X):
+def _items(X, expected="raw text documents"):
     """``X`` as a list, with pandas and polars objects and arrays taken apart row by row; and
-    the pandas index (None for other input), for error messages."""
+    the pandas index (None for other input), for error messages. ``expected`` names what the
+    caller takes, in the error for a polars LazyFrame."""
     labels = X.index if hasattr(X, "iloc") else None
     if type(X).__module__.partition(".")[0] == "polars":  # known by name: never imported here
         if hasattr(X, "collect"):  # a LazyFrame: a query, not yet its rows
             raise ValueError(
-                f"Iterable over raw text documents expected, polars {type(X).__name__} object "
+                f"Iterable over {expected} expected, polars {type(X).__name__} object "
                 "received: it holds no rows until it is computed. Call .collect() on it first."
             )
         # A DataFrame as a 2-D array of its columns (checked below); a Series as its values.

@@ -77,11 +77,12 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
     through the tokenizer's ``is_split_into_words`` and ``word_ids()``; or
     ``(text, start, end)``, a str and a character span (WiC, spaCy spans,
     regex matches), aligned through the offset mapping: a span must cover
-    whole tokens. All samples of one call are of one format; a DataFrame with
-    columns ``words, index`` or ``text, start, end`` (pandas or polars) is
-    read row by row. As for BertVectorizer, ``model``, ``revision``,
-    ``backend``, ``dtype`` and ``calibration`` take effect at ``fit``;
-    ``transform`` after one changed raises a ValueError that names it.
+    whole tokens. All samples of one call are of one format; a DataFrame
+    (pandas or polars) with columns ``words, index`` or ``text, start, end``,
+    in any order and beside others (a label column), is read row by row. As
+    for BertVectorizer, ``model``, ``revision``, ``backend``, ``dtype`` and
+    ``calibration`` take effect at ``fit``; ``transform`` after one changed
+    raises a ValueError that names it.
 
     Examples
     --------
@@ -96,6 +97,8 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
     >>> bool(X[1] @ X[2] > X[0] @ X[1])  # the two banks of money are closer
     True
     """
+
+    _reads_words = True  # its samples are words (skbert._words.reads_words)
 
     _parameter_constraints: dict = {
         **{name: constraint for name, constraint in FeaturesMixin._parameter_constraints.items()
@@ -211,7 +214,7 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
         width = self._n_features_out
         if not samples:
             return np.empty((0, width), dtype=np.float32)
-        alignment = _words.align(self.tokenizer_, samples, self._window_length())
+        alignment = _words.align(self.tokenizer_, samples, self._window_length(), self)
         keys = _cache.window_keys(alignment.windows, self._loaded.fingerprint, self._engine.tag)
         store = self._store()
         # A cache entry holds every layer, so that any other setting is served from it.

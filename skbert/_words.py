@@ -27,6 +27,7 @@ from numbers import Integral
 
 import numpy as np
 
+from skbert import _cache
 from skbert._cache import window_entries
 from skbert._encoding import (
     TOKENIZE_SLICE,
@@ -41,7 +42,7 @@ from skbert._features import merge_layers
 from skbert._validation import _items, _where
 
 SUBWORD_POOLINGS = ("mean", "first", "last", "first_last", "max")
-_COLUMNS = {("words", "index"): "words", ("text", "start", "end"): "span"}
+_COLUMNS = (("words", "index"), ("text", "start", "end"))  # of a DataFrame, in sample order
 
 
 class Samples(list):
@@ -55,17 +56,18 @@ def check_words(X):
     """Validate word samples, all of one format: :class:`Samples` of ``(words, i)``
     (``words`` as a tuple of str) or of ``(text, start, end)``, as given (so a checked list
     checks again). DataFrames (pandas or polars) with columns ``words, index`` or ``text,
-    start, end`` are read row by row.
+    start, end``, in any order and among others, are read row by row.
 
     A list whose samples are the very objects that the last call checked and returned
     as they were (tuples of a tuple of str and an int, or of a str and two ints: nothing
-    in them can change) is that call's result again.
+    in them can change) is that call's result again, while that result lives: held by
+    whoever checked it, or by an estimator's alignment memo (see :func:`align`).
     """
     global _LAST
     if isinstance(X, (str, bytes, dict, collections.abc.Set)):
         raise ValueError(f"Iterable over word samples expected, {type(X).__name__} object "
                          "received: pass a list of (words, i) or (text, start, end) samples.")
-    last = _LAST
+    last = _LAST()
     if (type(X) is list and last is not None and len(X) == len(last)
             and all(map(operator.is_, X, last))):
         return last
@@ -83,27 +85,39 @@ def check_words(X):
         kind = this
         samples.append(checked)
     if type(X) is list and all(map(operator.is_, X, samples)):
-        _LAST = samples
+        _LAST = weakref.ref(samples)
     return samples
 
 
-_LAST = None  # the last checked list whose samples were returned as they came
+# The last checked list whose samples were returned as they came (dead to begin with); a weak
+# reference, which keeps nothing alive.
+_LAST = weakref.ref(Samples())
 
 
 def _rows(X):
     """The samples of ``X`` as a list, and the pandas index (None for other input)."""
     if hasattr(X, "collect"):  # a polars LazyFrame: refused, as check_texts refuses it
-        return _items(X)
+        return _items(X, "word samples")
     columns = getattr(X, "columns", None)
     if columns is None:
         return list(X), None
-    found = tuple(str(name) for name in columns)
-    if found not in _COLUMNS:
-        raise ValueError(f"A DataFrame of word samples has the columns 'words', 'index' or "
-                         f"'text', 'start', 'end'; got {list(found)}.")
+    found = {str(name): name for name in columns}
+    matched = [names for names in _COLUMNS if set(names) <= found.keys()]
+    if len(matched) != 1:
+        raise ValueError(
+            f"A DataFrame of word samples has the columns 'words', 'index' or 'text', 'start', "
+            f"'end'; got {list(found)}" + (", which hold both: keep one set." if matched else
+                                           ". Other columns (a label) are left out."))
+    return frame_rows(X, [found[name] for name in matched[0]])
+
+
+def frame_rows(X, columns=None):
+    """The rows of a pandas or polars DataFrame (of ``columns`` only, in their order, where
+    given) as a list of tuples, and the pandas index (None for polars)."""
     if hasattr(X, "itertuples"):  # pandas
+        X = X if columns is None else X[columns]
         return list(X.itertuples(index=False, name=None)), X.index
-    return X.rows(), None  # polars
+    return (X if columns is None else X.select(columns)).rows(), None
 
 
 _NAMES = {"words": "(words, i)", "span": "(text, start, end)"}
@@ -117,6 +131,9 @@ def _check_sample(sample, sentences):
     samples of one sentence usually share it, and its words are checked once.
     """
     if type(sample) is not tuple:
+        if isinstance(sample, dict):  # a polars struct: the fields of a word-sample DataFrame
+            sample = next((tuple(sample[name] for name in names) for names in _COLUMNS
+                           if set(names) == sample.keys()), sample)
         sample = tuple(sample) if isinstance(sample, (list, tuple, np.ndarray)) else sample
     if not isinstance(sample, tuple) or len(sample) not in (2, 3):
         raise ValueError(f" is {type(sample).__name__} ({sample!r}): a sample is (words, i), a "
@@ -162,10 +179,14 @@ def _checked_words(words):
 
 
 def reads_words(estimator):
-    """Whether ``estimator`` is a :class:`skbert.BertWordVectorizer`, whose samples are words."""
-    from skbert._word_vectorizer import BertWordVectorizer
+    """Whether the samples of ``estimator`` are words: it says so with a class attribute
+    ``_reads_words = True`` (:class:`skbert.BertWordVectorizer`), or it is a Pipeline whose
+    first step does."""
+    from sklearn.pipeline import Pipeline
 
-    return isinstance(estimator, BertWordVectorizer)
+    if isinstance(estimator, Pipeline):
+        return bool(estimator.steps) and reads_words(estimator.steps[0][1])
+    return getattr(estimator, "_reads_words", False) is True
 
 
 def _is_int(value):
@@ -182,24 +203,29 @@ class Alignment:
     spans: np.ndarray
 
 
-_ALIGNED = weakref.WeakKeyDictionary()  # tokenizer -> (samples, max_length, its alignment)
+# owner -> its last (tokenizer, samples, max_length, alignment); weak: it goes with the owner.
+_ALIGNED = weakref.WeakKeyDictionary()
 
 
-def align(tokenizer, samples, max_length):
+def align(tokenizer, samples, max_length, owner=None):
     """Tokenize each distinct sentence of ``samples`` once and place every target in a window
     of at most ``max_length`` tokens: the whole sentence where it fits, else the window of
     the sentence's tokens centred on the target (moved to hold the sentence's start or end
     where it would pass them), which never cuts the target's subwords.
 
-    The last alignment of each tokenizer is kept, and returned again for equal
-    samples and ``max_length``: a grid over settings, or a layer probe,
-    transforms the same samples many times.
+    With an ``owner`` (the estimator that aligns), its last alignment is kept
+    while it lives and the in-memory cache has a budget
+    (:func:`skbert.set_cache_limit`), and returned again for the same
+    tokenizer, equal samples and ``max_length``: a grid over settings, or a
+    layer probe, transforms the same samples many times.
     """
-    last = _ALIGNED.get(tokenizer)
-    if last is not None and last[1] == max_length and last[0] == samples:
-        return last[2]
-    alignment = _align(tokenizer, samples, max_length)
-    _ALIGNED[tokenizer] = (samples, max_length, alignment)
+    last = _ALIGNED.pop(owner, None) if owner is not None else None
+    if last is not None and last[0] is tokenizer and last[2] == max_length and last[1] == samples:
+        alignment = last[3]
+    else:
+        alignment = _align(tokenizer, samples, max_length)
+    if owner is not None and _cache.MEMORY.max_bytes:
+        _ALIGNED[owner] = (tokenizer, samples, max_length, alignment)
     return alignment
 
 
@@ -339,8 +365,9 @@ def pretokenized(tokenizer):
         if changed:
             for part in changed:
                 part["add_prefix_space"] = True
-            found = copy.deepcopy(tokenizer)
-            found._tokenizer = Tokenizer.from_str(json.dumps(spec))
+            found = copy.deepcopy(tokenizer)  # its backend too: the original is left as it is
+            found.backend_tokenizer.pre_tokenizer = Tokenizer.from_str(
+                json.dumps(spec)).pre_tokenizer
             found.add_prefix_space = True
         _PRETOKENIZED[tokenizer] = found
     return found
