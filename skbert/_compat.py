@@ -31,3 +31,42 @@ def tensor_version(tensor):
         return tensor._version
     except (AttributeError, RuntimeError):
         return None
+
+
+def linear_pointwise():
+    """torch's oneDNN linear op, ``torch.ops.mkldnn._linear_pointwise`` (private: what its
+    compiler emits for a Linear on the CPU), or None where this torch has no oneDNN or no
+    such op."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return None
+    return getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+
+
+def runs_hooks(module):
+    """Whether calling ``module`` runs a hook, its own or one of torch's global module hooks
+    (the check of ``torch.nn.Module.__call__``). True where this torch keeps them under other
+    names: a caller that would skip the call for a faster op then keeps it."""
+    from torch.nn.modules import module as modules
+
+    try:
+        return any((module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+                    module._backward_pre_hooks, modules._global_forward_hooks,
+                    modules._global_forward_pre_hooks, modules._global_backward_hooks,
+                    modules._global_backward_pre_hooks))
+    except AttributeError:
+        return True
+
+
+def autocast_enabled(device_type):
+    """Whether autocast is on for ``device_type`` ("cpu", "cuda"), on torch before 2.4 too,
+    whose ``torch.is_autocast_enabled`` takes no device type and means CUDA."""
+    import torch
+
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:
+        if device_type == "cpu":
+            return torch.is_autocast_cpu_enabled()
+        return torch.is_autocast_enabled()

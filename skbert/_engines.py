@@ -34,7 +34,7 @@ import json
 from dataclasses import dataclass, field
 
 from skbert import _exports, _loading
-from skbert._compat import install_output_hooks
+from skbert._onednn import onednn_linears
 from skbert._threads import one_openmp_thread
 
 BACKENDS = ("torch", "openvino", "onnx")
@@ -196,53 +196,6 @@ class Engine:
             self._moved[key] = onednn_linears(model) if device.type == "cpu" and on_avx512 \
                 else model
         return self._moved[key]
-
-
-def onednn_linears(model):
-    """``model`` with each float32 ``torch.nn.Linear`` run by oneDNN, or ``model`` itself
-    where it has none (or this torch has no oneDNN).
-
-    PyTorch runs a float32 Linear on the CPU through its BLAS (MKL); the
-    oneDNN linear that its compiler (inductor) emits for the CPU ran
-    all-MiniLM-L6-v2 1.5x faster on an AMD EPYC with AVX-512, where MKL takes a
-    slower path (benchmarks/words.py). On an AVX2-only EPYC it was no faster,
-    and it costs memory: oneDNN keeps kernels for every batch shape it has run
-    (290 shapes: +511 MB resident against +54 MB with torch's Linear), so the
-    torch engine uses it on CPUs with AVX-512 only. The result is a copy of
-    the module tree that shares every weight, the Linear ones too. Both
-    compute in float32: features differ by rounding (a few 1e-6).
-    """
-    import torch
-
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
-                                                             "_linear_pointwise")):
-        return model
-
-    class OneDNNLinear(torch.nn.Module):
-        def __init__(self, linear):
-            super().__init__()
-            self.linear = linear  # its weight and bias, shared
-
-        # What model code may read of a Linear (a dtype, a shape) reads the same here.
-        weight = property(lambda self: self.linear.weight)
-        bias = property(lambda self: self.linear.bias)
-
-        def forward(self, x):
-            return torch.ops.mkldnn._linear_pointwise(x, self.linear.weight, self.linear.bias,
-                                                      "none", [], "")
-
-    def convert(module):
-        if type(module) is torch.nn.Linear and module.weight.dtype == torch.float32:
-            return OneDNNLinear(module)
-        children = {name: convert(child) for name, child in module.named_children()}
-        if all(children[name] is child for name, child in module.named_children()):
-            return module
-        converted = copy.copy(module)  # shares the parameters, buffers and hooks
-        converted._modules = {**module._modules, **children}
-        return converted
-
-    install_output_hooks(model)  # before the copy, whose layers share the model's hooks
-    return convert(model)
 
 
 class TorchRunner:
