@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import itertools
 import json
 import os
@@ -18,6 +19,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -193,21 +195,24 @@ def length_limit(tokenizer, config):
 @functools.cache
 def _positions_after_padding(model_type):
     """Whether ``model_type``'s transformers implementation numbers positions from
-    ``pad_token_id + 1`` (``create_position_ids_from_input_ids``: RoBERTa, XLM-R, MPNet,
-    CamemBERT, Longformer, ...)."""
-    import importlib
+    ``pad_token_id + 1`` (its ``create_position_ids_from_input_ids``: RoBERTa, XLM-R,
+    MPNet, CamemBERT, Longformer, ...).
 
-    import transformers
+    Read from the source of the module that defines the model class, not imported: a
+    process that runs a stored export loads no modeling code.
+    """
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     name = MODEL_MAPPING_NAMES.get(model_type)
-    if name is None or not hasattr(transformers, name):
+    spec = importlib.util.find_spec(f"transformers.models.{model_type_to_module_name(model_type)}")
+    if name is None or spec is None or spec.origin is None:
         return False
-    module = importlib.import_module(getattr(transformers, name).__module__)
-    # A function of the module in older transformers, a static method of the embeddings now.
-    classes = [value for value in vars(module).values() if isinstance(value, type)]
-    return any(hasattr(owner, "create_position_ids_from_input_ids")
-               for owner in (module, *classes))
+    for path in Path(spec.origin).parent.glob("modeling_*.py"):
+        source = path.read_text(encoding="utf-8")
+        if f"class {name}(" in source:
+            return "create_position_ids_from_input_ids" in source
+    return False
 
 
 def weights_state(model):
