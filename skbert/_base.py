@@ -13,8 +13,12 @@ import dataclasses
 import os
 from numbers import Integral
 
+import numpy as np
+from sklearn.preprocessing import normalize
+from sklearn.utils.validation import check_is_fitted
+
 from skbert import _cache, _engines, _loading, _persistence
-from skbert._compat import Interval, StrOptions
+from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import text_budget
 from skbert._progress import progress_bar
 
@@ -198,14 +202,15 @@ class FeaturesMixin(EncoderMixin):
         return _engines.resolve_device(self.backend, self.device)
 
     def _store(self):
-        """Where ``cache`` keeps forward passes: the in-memory store, a directory, or None."""
-        if self.cache is False:
-            return None
-        return _cache.MEMORY if self.cache is True else _cache.DiskStore(self.cache)
+        """Where ``cache`` keeps forward passes: the in-memory store, a directory, or None
+        (:func:`skbert._stores.store_for`)."""
+        return _cache.store_for(self.cache)
 
-    def _progress(self, n_windows):
-        return progress_bar(self.verbose, total=n_windows, desc=type(self).__name__,
-                            unit="window")
+    def _window_keys(self, windows):
+        """The cache keys of ``windows``, and a progress bar over the distinct ones."""
+        keys = _cache.window_keys(windows, self._loaded.fingerprint, self._engine.tag)
+        return keys, progress_bar(self.verbose, total=len(np.unique(keys)),
+                                  desc=type(self).__name__, unit="window")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -257,3 +262,69 @@ class FeaturesMixin(EncoderMixin):
                                  reference["tokenizer_fingerprint"], source, revision,
                                  type(self).__name__)
         self._use(engine)
+
+    # The path both vectorizers share. Each supplies ``_check_input`` (its input as a list of
+    # samples), ``_width`` (its features out, checked against the model), ``_features`` (of
+    # checked samples, before normalization) and, where they are not its samples, ``_texts_of``.
+    _reads_words = False
+
+    def _fit(self, samples):
+        """Load the engine (int8 with ``calibration="fit"`` calibrated on the texts of
+        ``samples``: checked input, or None) and check the setting against the model."""
+        texts = None if samples is None else self._texts_of(samples)
+        if self.dtype == "int8" and self.calibration == "fit" and not texts:
+            raise ValueError(
+                "calibration='fit' calibrates int8 on the "
+                f"{'sentences' if self._reads_words else 'texts'} given to fit: pass them, or "
+                "give calibration=None or a list of texts.")
+        self._fit_engine(texts)
+        self._folder_setting("norm")
+        self._width()
+        self._window_length()
+        return self
+
+    def _texts_of(self, samples):
+        return samples
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def _fit_transform(self, X):
+        """``fit``, then encode ``X``, reading it once."""
+        samples = self._check_input(X)
+        return self.fit(samples)._transform(samples)
+
+    def _transform_input(self, X):
+        """Encode ``X``, checked, with the parameters of fit."""
+        check_is_fitted(self)
+        self._check_fit_parameters()
+        return self._transform(self._check_input(X))
+
+    def _transform(self, samples):
+        """Features of checked ``samples``, as many as ``_width`` says, normalized."""
+        width = self._width()
+        if not samples:
+            return np.empty((0, width), dtype=np.float32)
+        features = self._features(samples, self._engine.runner(self._device()))
+        if width < features.shape[1]:
+            features = np.ascontiguousarray(features[:, :width])
+        norm = self._folder_setting("norm")
+        return normalize(features, norm=norm, copy=False) if norm else features
+
+    def _folder_setting(self, name):
+        """``name`` ("pooling" or "norm") in use: the parameter, or what "auto" resolves to
+        from the sentence-transformers folder of the model."""
+        value, sentence = getattr(self, name), self._sentence
+        if value != "auto":
+            return value
+        if sentence.problem:
+            raise ValueError(
+                f"{name}='auto' cannot reproduce the embedding of {os.fspath(self.model)!r}: "
+                f"{sentence.problem}. Choose pooling and norm explicitly to use its encoder as "
+                "it is."
+            )
+        if name == "pooling":
+            return sentence.pooling or "mean"
+        return "l2" if sentence.normalize else None
+
+    @property
+    def _n_features_out(self):
+        return self._width()

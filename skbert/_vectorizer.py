@@ -1,11 +1,8 @@
 """BertVectorizer: texts -> fixed-size BERT features, with extraction choices as hyperparameters."""
 
-import os
 from numbers import Integral
 
-import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
 from skbert import _cache
@@ -306,33 +303,9 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         self : BertVectorizer
             The fitted vectorizer.
         """
-        if self.dtype == "int8" and self.calibration == "fit":
-            if X is None:
-                raise ValueError("calibration='fit' calibrates int8 on the texts given to fit: "
-                                 "pass them, or give calibration=None or a list of texts.")
-            X = check_texts(X)
-        elif X is not None and not is_one_pass(X):
-            check_texts(X)
-        self._fit_engine(X)
-        self._folder_setting("norm")
-        self._width(self._extraction())
-        self._window_length()
-        return self
-
-    def _folder_setting(self, name):
-        """``name`` ("pooling" or "norm") in use: the parameter, or what "auto" resolves to."""
-        value, sentence = getattr(self, name), self._sentence
-        if value != "auto":
-            return value
-        if sentence.problem:
-            raise ValueError(
-                f"{name}='auto' cannot reproduce the embedding of {os.fspath(self.model)!r}: "
-                f"{sentence.problem}. Choose pooling and norm explicitly to use its encoder as "
-                "it is."
-            )
-        if name == "pooling":
-            return sentence.pooling or "mean"
-        return "l2" if sentence.normalize else None
+        calibrates = self.dtype == "int8" and self.calibration == "fit"
+        return self._fit(check_texts(X) if X is not None and (calibrates or not is_one_pass(X))
+                         else None)
 
     @property
     def pooling_(self):
@@ -368,9 +341,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         X_new : ndarray of shape (n_texts, n_features), float32
             One row per text, in input order.
         """
-        check_is_fitted(self)
-        self._check_fit_parameters()
-        return self._transform(check_texts(X))
+        return self._transform_input(X)
 
     def fit_transform(self, X, y=None):
         """Fit, then encode ``X``, reading it once (it may be a generator).
@@ -386,41 +357,28 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         -------
         X_new : ndarray of shape (n_texts, n_features), float32
         """
-        texts = check_texts(X)
-        return self.fit(texts)._transform(texts)
+        return self._fit_transform(X)
 
-    def _transform(self, texts):
-        extraction = self._extraction()
-        width = self._width(extraction)
-        if not texts:
-            return np.empty((0, width), dtype=np.float32)
-        runner = self._engine.runner(self._device())
-        windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
-                           self.stride, self.prompt_, self._sentence.include_prompt)
-        features = self._window_features(runner, windows, extraction)
-        if len(windows) > len(texts):  # texts cut into several windows ("chunks")
-            features = merge_windows(features, windows.owner, windows.n_text_tokens,
-                                     self.chunk_pooling)
-        if width < features.shape[1]:
-            features = np.ascontiguousarray(features[:, :width])
-        norm = self.norm_
-        return normalize(features, norm=norm, copy=False) if norm else features
+    _check_input = staticmethod(check_texts)
 
-    def _window_features(self, runner, windows, extraction):
-        """Features of every window: from the cache, or from forward passes of the misses only.
+    def _features(self, texts, runner):
+        """Features of the texts' windows, merged per text: from the cache, or from forward
+        passes of the misses only.
 
         A cache entry holds the record of :func:`skbert._features.parts_for_cache`,
         so that other settings are served from it; without the cache, the
         forward passes compute only the parts this setting reads.
         """
-        needed, hidden_size = parts_needed(extraction), self._config.hidden_size
-        store = self._store()
+        windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
+                           self.stride, self.prompt_, self._sentence.include_prompt)
+        extraction, hidden_size, store = self._extraction(), self._config.hidden_size, self._store()
+        needed = parts_needed(extraction)
         layouts = [Layout.of(needed if store is None else parts_for_cache(
             self.n_layers_, self._has_pooler), hidden_size)]
         if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
             layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
-        keys = _cache.window_keys(windows, self._loaded.fingerprint, self._engine.tag)
-        with self._progress(len(np.unique(keys))) as progress:
+        keys, progress = self._window_keys(windows)
+        with progress:
             def compute(indices, out):
                 forward_parts(runner, self.tokenizer_, windows.subset(indices), layouts,
                               self.batch_size, progress, out)
@@ -431,8 +389,12 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
                     parts.update(layout.parts(array, needed))
                 return assemble(parts, extraction)
 
-            return _cache.window_features(store, keys, windows.lengths, layouts, compute,
-                                          assembled, self.batch_size, progress)
+            features = _cache.window_features(store, keys, windows.lengths, layouts, compute,
+                                              assembled, self.batch_size, progress)
+        if len(windows) > len(texts):  # texts cut into several windows ("chunks")
+            features = merge_windows(features, windows.owner, windows.n_text_tokens,
+                                     self.chunk_pooling)
+        return features
 
     def _extraction(self):
         """The extraction setting, with layers checked against the model."""
@@ -461,14 +423,10 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
             )
         return max_length
 
-    def _width(self, extraction):
-        """Features out: those of ``extraction``, or ``truncate_dim`` of them (checked)."""
-        width = n_features(extraction, self._config.hidden_size)
+    def _width(self):
+        """Features out: those of the extraction, or ``truncate_dim`` of them (checked)."""
+        width = n_features(self._extraction(), self._config.hidden_size)
         if self.truncate_dim is not None and self.truncate_dim > width:
             raise ValueError(f"truncate_dim={self.truncate_dim!r} exceeds the {width} features "
                              "of this setting.")
         return width if self.truncate_dim is None else self.truncate_dim
-
-    @property
-    def _n_features_out(self):
-        return self._width(self._extraction())

@@ -2,12 +2,9 @@
 
 import os
 
-import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.preprocessing import normalize
-from sklearn.utils.validation import check_is_fitted
 
-from skbert import _cache, _words
+from skbert import _words
 from skbert._base import FeaturesMixin
 from skbert._compat import StrOptions, _fit_context
 
@@ -160,17 +157,18 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
         """
         return self._fit(None if X is None else _words.check_words(X))
 
+    _check_input = staticmethod(_words.check_words)
+
+    def _texts_of(self, samples):
+        """The texts of the samples' sentences, as int8 calibration reads them."""
+        return [" ".join(sample[0]) if len(sample) == 2 else sample[0] for sample in samples]
+
     def _fit(self, samples):
-        if self.dtype == "int8" and self.calibration == "fit" and not samples:
-            raise ValueError("calibration='fit' calibrates int8 on the sentences given to fit: "
-                             "pass them, or give calibration=None or a list of texts.")
-        self._fit_engine(None if samples is None else [_sentence_text(s) for s in samples])
+        super()._fit(samples)
         if not getattr(self.tokenizer_, "is_fast", False):
             raise ValueError(f"BertWordVectorizer aligns words to subwords with a fast "
                              f"tokenizer's word ids and offsets; {os.fspath(self.model)!r} has "
                              f"{type(self.tokenizer_).__name__}, a slow one.")
-        self._layers("mean")
-        self._window_length()
         return self
 
     def transform(self, X):
@@ -187,12 +185,10 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
         X_new : ndarray of shape (n_samples, n_features), float32
             One row per sample, in input order.
         """
-        check_is_fitted(self)
-        self._check_fit_parameters()
-        return self._transform(_words.check_words(X))
+        return self._transform_input(X)
 
     def fit_transform(self, X, y=None):
-        """Fit, then encode ``X`` (validated once).
+        """Fit, then encode ``X``, reading it once.
 
         Parameters
         ----------
@@ -205,36 +201,23 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
         -------
         X_new : ndarray of shape (n_samples, n_features), float32
         """
-        samples = _words.check_words(X)
-        self._validate_params()
-        return self._fit(samples)._transform(samples)
+        return self._fit_transform(X)
 
-    def _transform(self, samples):
-        layers = self._layers("mean")
-        width = self._n_features_out
-        if not samples:
-            return np.empty((0, width), dtype=np.float32)
+    def _features(self, samples, runner):
         alignment = _words.align(self.tokenizer_, samples, self._window_length(), self)
-        keys = _cache.window_keys(alignment.windows, self._loaded.fingerprint, self._engine.tag)
-        store = self._store()
+        layers, store = self._layers("mean"), self._store()
         # A cache entry holds every layer, so that any other setting is served from it.
         stored = sorted(set(layers)) if store is None else list(range(self.n_layers_))
         setting = ([stored.index(layer) for layer in layers], self.layer_combine,
                    self.subword_pooling)
-        with self._progress(len(np.unique(keys))) as progress:
-            features = _words.features(self._engine.runner(self._device()), self.tokenizer_,
-                                       alignment, keys, store, stored, setting, width,
-                                       self.batch_size, progress)
-        return normalize(features, norm=self.norm, copy=False) if self.norm else features
+        keys, progress = self._window_keys(alignment.windows)
+        with progress:
+            return _words.features(runner, self.tokenizer_, alignment, keys, store, stored,
+                                   setting, self._width(), self.batch_size, progress)
 
-    @property
-    def _n_features_out(self):
+    def _width(self):
+        """Features out, with ``layer`` checked against the model."""
         width = self._config.hidden_size
         if self.layer_combine == "concat":
             width *= len(self._layers("mean"))
         return 2 * width if self.subword_pooling == "first_last" else width
-
-
-def _sentence_text(sample):
-    """The text of a sample's sentence, as int8 calibration reads it."""
-    return " ".join(sample[0]) if len(sample) == 2 else sample[0]

@@ -18,7 +18,6 @@ or two subwords) and good for any target in the sentence, any layer,
 
 import collections.abc
 import copy
-import hashlib
 import json
 import operator
 import weakref
@@ -27,8 +26,7 @@ from numbers import Integral
 
 import numpy as np
 
-from skbert import _cache
-from skbert._cache import window_entries
+from skbert import _cache, _keys
 from skbert._encoding import (
     TOKENIZE_SLICE,
     TOKENIZER_LOCK,
@@ -393,35 +391,38 @@ def features(runner, tokenizer, alignment, keys, store, stored, setting, width, 
     """
     rows_of, combine, pooling = setting
     windows, hidden_size = alignment.windows, runner.config.hidden_size
-    tag = hashlib.blake2b(repr(("tokens", tuple(stored), hidden_size)).encode(),
-                          digest_size=6).hexdigest()
     first = {}  # windows of equal tokens are one entry
-    entry_of = np.fromiter((first.setdefault(f"{key.decode()}-{tag}", len(first)) for key in keys),
-                           dtype=np.int64, count=len(keys))
+    entry_of = np.fromiter((first.setdefault(key, len(first)) for key in keys), dtype=np.int64,
+                           count=len(keys))
     distinct = np.unique(entry_of, return_index=True)[1]  # the first window of each entry
     target_entry = entry_of[alignment.window]
     by_entry = np.argsort(target_entry, kind="stable")
     bounds = np.searchsorted(target_entry[by_entry], np.arange(len(distinct) + 1))
     out = np.empty((len(alignment.window), width), dtype=np.float32)
 
-    def compute(entries, arrays):
-        forward_windows(runner, tokenizer, windows.subset(distinct[entries]), stored,
-                        batch_size, progress, arrays)
+    def compute(entries):
+        return [[array] for array in forward_windows(
+            runner, tokenizer, windows.subset(distinct[entries]), stored, batch_size, progress)]
 
-    def consume(entries, arrays):
+    def consume(entries, found, n_computed):
         targets = np.concatenate([by_entry[bounds[k]:bounds[k + 1]] for k in entries])
-        states = [array.reshape(len(stored), -1, hidden_size) for array in arrays]
+        states = [array.reshape(len(stored), -1, hidden_size) for (array,) in found]
         owner = np.repeat(np.arange(len(entries)), bounds[entries + 1] - bounds[entries])
         out[targets] = pool(states, owner, alignment.spans[targets], rows_of, combine, pooling)
 
     sizes = len(stored) * hidden_size * windows.lengths[distinct]
-    window_entries(store, list(first), sizes, compute, consume, batch_size, progress)
+    _cache.window_entries(store, list(first), [_keys.states_tag(stored, hidden_size)],
+                          windows.lengths[distinct], sizes[:, None], compute, consume,
+                          batch_size, progress)
     return out
 
 
-def forward_windows(runner, tokenizer, windows, layers, batch_size, progress, arrays):
-    """Fill ``arrays[k]`` (1-D, float32) with the hidden states of ``layers`` at every token
-    of window k of ``windows``, as (layers, tokens, hidden) in C order."""
+def forward_windows(runner, tokenizer, windows, layers, batch_size, progress):
+    """The hidden states of ``layers`` at every token of each window of ``windows``: one new
+    1-D float32 array per window, (layers, tokens, hidden) in C order."""
+    arrays = [np.empty(len(layers) * n_tokens * runner.config.hidden_size, dtype=np.float32)
+              for n_tokens in windows.lengths]
+
     def write(batch, inputs, special, hidden, pooler_output):
         for index, layer in enumerate(layers):
             states = hidden[layer].float().cpu().numpy()
@@ -432,6 +433,7 @@ def forward_windows(runner, tokenizer, windows, layers, batch_size, progress, ar
             progress.update(len(batch))
 
     run_batches(runner, tokenizer, windows, set(layers), False, batch_size, write)
+    return arrays
 
 
 def pool(states, owner, spans, layers, combine, pooling):

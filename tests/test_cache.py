@@ -18,7 +18,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 import skbert
-from skbert import BertVectorizer, _cache
+from skbert import BertVectorizer, _cache, _keys, _stores
 
 
 @pytest.fixture(autouse=True)
@@ -156,15 +156,15 @@ def test_keys_hash_each_window_alone_in_blocks_of_any_size(tiny_model_dir, texts
     pairs = tokenize(tokenizer, list(zip(texts, texts[::-1])) * 2, 16)
     assert (singles.special_mask.count(EXCLUDED) > 0).any() and pairs.token_type_ids is not None
     for windows in [singles, pairs]:
-        keys = _cache.window_keys(windows, "model", "engine")
+        keys = _keys.window_keys(windows, "model", "engine")
         for block in [1, 3]:
-            monkeypatch.setattr(_cache, "KEY_BLOCK", block)
-            assert (_cache.window_keys(windows, "model", "engine") == keys).all()
+            monkeypatch.setattr(_keys, "KEY_BLOCK", block)
+            assert (_keys.window_keys(windows, "model", "engine") == keys).all()
         monkeypatch.undo()
         # The bytes hashed are those of every earlier release: disk caches stay valid.
         for index in range(len(windows)):
             special = windows.special_mask[index]
-            digest = hashlib.blake2b(_cache.FORMAT + b"modelengine", digest_size=16)
+            digest = hashlib.blake2b(_keys.FORMAT + b"modelengine", digest_size=16)
             digest.update(windows.input_ids[index].astype(np.int64))
             if windows.token_type_ids is not None:
                 digest.update(b"|" + windows.token_type_ids[index].tobytes())
@@ -285,8 +285,8 @@ def test_damaged_disk_entries_are_recomputed_never_served(counted, tmp_path, tex
 
 
 def test_memory_store_evicts_least_recently_used_and_shrinks():
-    entry_bytes = 8 * 4 + _cache._ENTRY_OVERHEAD
-    store = _cache.MemoryStore(10 * entry_bytes)
+    entry_bytes = 8 * 4 + _stores._ENTRY_OVERHEAD
+    store = _stores.MemoryStore(10 * entry_bytes)
     for index in range(30):
         assert store.put(str(index), np.full(8, index, dtype=np.float32))
     assert len(store) == 10 and store.n_bytes == 10 * entry_bytes
@@ -362,7 +362,7 @@ def test_cache_files_follow_the_umask(tiny_model_dir, tmp_path, texts):
     ("1TB", 10**12), ("3tib", 3 * 1024**4), (" 7 B ", 7),
 ])
 def test_cache_bytes_take_plain_bytes_and_units(text, expected):
-    assert _cache.parse_bytes(text) == expected
+    assert _stores.parse_bytes(text) == expected
 
 
 @pytest.mark.parametrize("text", ["-5", "1.5", "1e9", "100k", "2G", "1GB!", "2 GiB GiB",
@@ -371,7 +371,7 @@ def test_bad_cache_bytes_name_the_variable(text):
     with pytest.raises(ValueError, match=rf"SKBERT_CACHE_BYTES={re.escape(repr(text))} is not a "
                                          r"byte count: give whole bytes \(2147483648\) or a "
                                          r"number and a unit \(512MB, 1\.5GB, 2GiB"):
-        _cache.parse_bytes(text)
+        _stores.parse_bytes(text)
 
 
 def test_bad_cache_bytes_fail_the_first_use_not_the_import(tiny_model_dir, texts, monkeypatch):
@@ -380,7 +380,7 @@ def test_bad_cache_bytes_fail_the_first_use_not_the_import(tiny_model_dir, texts
                          env={**os.environ, "SKBERT_CACHE_BYTES": bad})
     assert run.returncode == 0, run.stderr[-2000:]
     monkeypatch.setenv("SKBERT_CACHE_BYTES", bad)
-    monkeypatch.setattr(_cache, "MEMORY", _cache.MemoryStore())  # as a fresh process has it
+    monkeypatch.setattr(_stores, "MEMORY", _stores.MemoryStore())  # as a fresh process has it
     vectorizer = BertVectorizer(tiny_model_dir).fit()
     named = r"SKBERT_CACHE_BYTES='1 gigabyte' is not a byte count"
     with pytest.raises(ValueError, match=named):
@@ -388,9 +388,9 @@ def test_bad_cache_bytes_fail_the_first_use_not_the_import(tiny_model_dir, texts
     with pytest.raises(ValueError, match=named):
         skbert.set_cache_limit(10**9)
     monkeypatch.setenv("SKBERT_CACHE_BYTES", "1.5 GB")
-    assert _cache.MemoryStore().max_bytes == 1_500_000_000
+    assert _stores.MemoryStore().max_bytes == 1_500_000_000
     monkeypatch.setenv("SKBERT_CACHE_BYTES", "")
-    assert _cache.MemoryStore().max_bytes == 2 * 1024**3
+    assert _stores.MemoryStore().max_bytes == 2 * 1024**3
 
 
 def test_cache_limit_zero_turns_the_store_off_silently(tiny_model_dir, texts):
