@@ -8,7 +8,6 @@ alike, check ``layer`` and ``max_length`` against the loaded model alike, and
 take text input.
 """
 
-import copy
 import dataclasses
 import os
 from numbers import Integral
@@ -89,12 +88,6 @@ class EncoderMixin:
     @property
     def _has_pooler(self):
         return getattr(self.model_, "pooler", None) is not None
-
-    def _model_on(self, device):
-        """``model_`` on ``device``: a copy when the device changed (``model_`` may be shared)."""
-        if next(self.model_.parameters()).device != device:
-            self.model_ = copy.deepcopy(self.model_).to(device)
-        return self.model_
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -226,12 +219,8 @@ class FeaturesMixin(EncoderMixin):
             state["_engine"] = engine.settings
             if self.persist_weights:
                 state["_files"] = _persistence.dump_model(engine.model, tokenizer)
-            else:  # a reference: where the weights are, which revision, and their fingerprints
-                state["_reference"] = {
-                    "revision": (getattr(engine.loaded.config, "_commit_hash", None)
-                                 or self._fit_params["revision"]),
-                    "fingerprint": engine.loaded.fingerprint,
-                    "tokenizer_fingerprint": engine.loaded.tokenizer_fingerprint}
+            else:
+                state["_reference"] = self._reference()
             # Builtins only, so that skops needs to trust no type beyond the estimator's.
             state["_sentence"] = dataclasses.asdict(state["_sentence"])
         return state
@@ -255,13 +244,27 @@ class FeaturesMixin(EncoderMixin):
     def _load_reference(self, reference, settings):
         """Find the weights and tokenizer of a ``persist_weights=False`` pickle again, and
         check both against their fingerprints."""
-        source, revision = self._fit_params["model"], reference["revision"]
         device = _engines.resolve_device(settings["backend"], self.device)
-        engine = _engines.load(source, revision, device, **settings)
-        _loading.check_reference(engine.loaded, reference["fingerprint"],
-                                 reference["tokenizer_fingerprint"], source, revision,
-                                 type(self).__name__)
-        self._use(engine)
+        self._use(_engines.load(self._fit_params["model"], reference["revision"], device,
+                                **settings))
+        self._check_reference(reference, type(self).__name__)
+
+    def _reference(self):
+        """What a ``persist_weights=False`` pickle keeps of the model instead of its weights:
+        the revision that loaded (the hub's commit, where it says one) and the fingerprints
+        of weights and tokenizer."""
+        loaded = self._loaded
+        return {"revision": (getattr(loaded.config, "_commit_hash", None)
+                             or self._fit_params["revision"]),
+                "fingerprint": loaded.fingerprint,
+                "tokenizer_fingerprint": loaded.tokenizer_fingerprint}
+
+    def _check_reference(self, reference, owner):
+        """Refuse a model found again for ``reference`` (:meth:`_reference`) whose weights or
+        tokenizer are not those that ``owner``, the estimator's name, was pickled with."""
+        _loading.check_reference(self._loaded, reference["fingerprint"],
+                                 reference["tokenizer_fingerprint"], self._fit_params["model"],
+                                 reference["revision"], owner)
 
     # The path both vectorizers share. Each supplies ``_check_input`` (its input as a list of
     # samples), ``_width`` (its features out, checked against the model), ``_features`` (of

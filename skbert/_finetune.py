@@ -3,17 +3,20 @@
 The head reads one pooled vector per text (the same ``layer`` and ``pooling``
 as :class:`skbert.BertVectorizer`) through dropout and one linear layer.
 ``freeze`` decides how much of the encoder trains with it, from nothing
-(``"all"``: a frozen feature extractor, encoded once) through low-rank adapters
+(``"all"``: a frozen feature extractor) through low-rank adapters
 (``"lora"``, :mod:`skbert._lora`) to everything (``None``). Training writes
 only to a private copy of the encoder, or to adapters beside the shared
 weights, so a model shared with other estimators of the process is never
-modified. After ``fit`` the head is
-kept as numpy arrays (``coef_``, ``intercept_``) on top of :meth:`transform`'s
-features, and pickles carry the tuned encoder's weights. What a fit built is
-recorded in a :class:`_Fitted` record, and :meth:`transform`, :meth:`predict`
-and pickles read that record, never a parameter set after the fit. The
-training loop itself (freezing, optimizer, batches, epochs, early stopping) is
-in :mod:`skbert._training`.
+modified.
+
+At inference every text reaches the encoder through the fitted
+:class:`skbert.BertVectorizer` that ``fit`` leaves (its engine, and with
+``freeze="all"`` its cache: a grid over the head's settings encodes each text
+once): on the shared encoder, or on the tuned one assigned to its ``model_``.
+It pickles the weights it runs; a ``persist_weights=False`` pickle keeps the
+:class:`_Fitted` record instead (base model reference, adapters). The head is
+numpy arrays (``coef_``, ``intercept_``); the training loop is in
+:mod:`skbert._training`.
 """
 
 import copy
@@ -22,7 +25,7 @@ import os
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_array, check_consistent_length, check_random_state
@@ -30,44 +33,25 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from skbert import _loading, _lora, _persistence, _training
+from skbert import _loading, _lora, _training
 from skbert._base import EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
-from skbert._encoding import _model_inputs, forward_parts, tokenize
-from skbert._engines import TorchRunner
-from skbert._features import Extraction, Layout, assemble, n_features, parts_needed
+from skbert._docs import FINETUNER, shared
+from skbert._encoding import _model_inputs, tokenize
+from skbert._features import Extraction, n_features
 from skbert._validation import check_texts
+from skbert._vectorizer import BertVectorizer
 
 
 @dataclasses.dataclass(frozen=True)
 class _Fitted:
-    """What a fit built, which inference and pickles read instead of the parameters.
+    """What a fit trained, which pickles read instead of the parameters: ``freeze``, the
+    base model's reference (:meth:`skbert._base.FeaturesMixin._reference`) and the adapters
+    of ``freeze="lora"``. Builtins and numpy arrays, so that it pickles as a dict."""
 
-    The model, the reading of its hidden states (``layer``, resolved, and
-    ``pooling``), the windows (``window_length``, ``truncation``) and the
-    compute ``dtype`` the head trained on; ``freeze``, which tells what
-    trained; and the reference to the base model that a
-    ``persist_weights=False`` pickle carries (``model``, ``revision`` and the
-    fingerprints), with the trained adapters of ``freeze="lora"`` to merge
-    into it again. Builtins and numpy arrays only, so that it pickles as a
-    dict (see ``__getstate__``).
-    """
-
-    model: str
-    revision: object  # str or None: the commit that loaded, else the revision asked for
-    fingerprint: str
-    tokenizer_fingerprint: str
     freeze: object
-    layer: int
-    pooling: str
-    window_length: int
-    truncation: str
-    dtype: str
+    reference: dict
     lora_factors: object = None  # freeze="lora": {module name: (A, B, scaling)}
-
-    @property
-    def extraction(self):
-        return Extraction((self.layer,), "mean", self.pooling, True)
 
 
 def _check_persist_weights(persist_weights, freeze):
@@ -170,37 +154,43 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         device = _loading.resolve_device(self.device)
         _loading.check_dtype(self.dtype, device)
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        encoder = self._load_encoder(device)
-        extraction = self._fitted.extraction
-        base = encoder  # LoRA trains adapters beside its weights, which stay as they are
+        vectorizer = self._fit_vectorizer()
+        base = vectorizer.model_  # LoRA trains adapters beside its weights, which stay as they are
+        encoder = base if self.freeze in ("all", "lora") else copy.deepcopy(base).to(device)
+        extraction = Extraction((vectorizer.layer,), "mean", self.pooling, True)
         frozen = ([] if self.freeze == "lora"
                   else _training.frozen_modules(encoder, self.freeze, os.fspath(self.model)))
-        windows = tokenize(self.tokenizer_, texts, self._fitted.window_length, self.truncation)
         train, valid = np.arange(len(texts)), None
         if self.early_stopping:
             train, valid = train_test_split(train, test_size=self.validation_fraction,
                                             random_state=seed, stratify=stratify)
         targets = torch.as_tensor(targets, device=device)
-        # With the whole encoder frozen, encode once and train the head on the features.
-        features = None
-        if self.freeze == "all":
-            features = torch.from_numpy(self._encode(encoder, windows, device)).to(device)
+        features = windows = None
+        if self.freeze == "all":  # encoded once, through the vectorizer's engine and cache
+            features = torch.from_numpy(vectorizer.transform(texts)).to(device)
+        else:
+            windows = tokenize(self.tokenizer_, texts, vectorizer._window_length(),
+                               self.truncation)
+
+        def head_input(rows):
+            if features is not None:
+                return features[rows]
+            inputs, _ = _model_inputs(self.tokenizer_, windows, rows, device)
+            return _training.pooled(encoder, inputs, extraction)
 
         def batch_loss(head, rows):
             with _training.autocast(device, self.dtype):
-                if features is not None:
-                    head_input = features[rows]
-                else:
-                    inputs, _ = _model_inputs(self.tokenizer_, windows, rows, device)
-                    head_input = _training.pooled(encoder, inputs, extraction)
-                outputs = head(head_input.float())
+                outputs = head(head_input(rows).float())
             return loss(outputs.float(), targets[rows])
 
         def validation_score(head):
-            valid_features = (features[valid].cpu().numpy() if features is not None
-                              else self._encode(encoder, windows.subset(valid), device))
+            encoder.eval()  # no dropout; the next epoch switches the training mode back on
+            with torch.no_grad(), _training.autocast(device, self.dtype):
+                valid_features = torch.cat([
+                    head_input(valid[start:start + self.batch_size]).float()
+                    for start in range(0, len(valid), self.batch_size)])
             weight, bias = _training.head_arrays(head)
-            outputs = valid_features.astype(np.float64) @ weight.T + bias
+            outputs = valid_features.cpu().double().numpy() @ weight.T + bias
             return self._score_outputs(outputs, targets[valid].cpu().numpy())
 
         early_stopping = None
@@ -223,14 +213,16 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
                 dtype=self.dtype)
             self.loss_curve_ = _training.train(
                 network, batch_loss, step, train,
-                lengths=None if features is not None else windows.lengths,
+                lengths=None if windows is None else windows.lengths,
                 batch_size=self.batch_size, max_epochs=self.max_epochs,
                 rng=np.random.RandomState(seed), early_stopping=early_stopping,
                 verbose=self.verbose)
         encoder.eval()
         if self.freeze == "lora":  # merged: inference costs what the base encoder costs
             self._fitted = dataclasses.replace(self._fitted, lora_factors=_lora.factors(encoder))
-            self.model_ = _lora.merged(base, self._fitted.lora_factors)
+            vectorizer.model_ = _lora.merged(base, self._fitted.lora_factors)
+        elif self.freeze != "all":
+            vectorizer.model_ = encoder
         self.n_iter_ = len(self.loss_curve_)
         self.validation_scores_ = self.best_validation_score_ = None
         if early_stopping is not None:
@@ -246,43 +238,47 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
             return self.learning_rate
         return 2e-3 if self.freeze == "lora" else 5e-5
 
-    def _load_encoder(self, device):
-        """Set ``model_`` (float32 weights), ``tokenizer_``, ``n_layers_`` and the
-        :class:`_Fitted` record (its adapters come after training); return ``model_``.
+    def _fit_vectorizer(self):
+        """Fit the vectorizer that encodes for the head and the :class:`_Fitted` record of its
+        model (the adapters come after training); return the vectorizer.
 
-        Training writes to a private copy of the shared model; "all" and
-        "lora" never write to it, so they use the shared one.
+        With ``freeze="all"`` it is what a BertVectorizer of this setting is,
+        cache included. Otherwise it loads the float32 base of the training
+        (on the CPU when a copy of it trains), which the tuned encoder
+        replaces after training, and caches nothing: the features of a tuned
+        encoder serve no other fit.
         """
         shared = self.freeze in ("all", "lora")
-        loaded = _loading.load(os.fspath(self.model), self.revision, "float32",
-                               device if shared else "cpu")
-        model = loaded.model if shared else copy.deepcopy(loaded.model).to(device)
-        self.model_, self.tokenizer_ = model, loaded.tokenizer
-        self.n_layers_ = model.config.num_hidden_layers + 1
-        self._fitted = _Fitted(
-            model=os.fspath(self.model),
-            revision=getattr(model.config, "_commit_hash", None) or self.revision,
-            fingerprint=loaded.fingerprint, tokenizer_fingerprint=loaded.tokenizer_fingerprint,
-            freeze=self.freeze, layer=self._checked_layer(), pooling=self.pooling,
-            window_length=self._window_length(), truncation=self.truncation, dtype=self.dtype)
-        return model
+        vectorizer = BertVectorizer(
+            self.model, pooling=self.pooling, prompt="", max_length=self.max_length,
+            truncation=self.truncation, batch_size=self.batch_size,
+            device=self.device if shared else "cpu",
+            dtype=self.dtype if self.freeze == "all" else "float32",
+            cache=self.freeze == "all", revision=self.revision,
+        ).set_output(transform="default").fit()
+        self._vectorizer = vectorizer
+        vectorizer.set_params(layer=self._checked_layer())
+        self._fitted = _Fitted(self.freeze, vectorizer._reference())
+        return vectorizer
 
-    def _encode(self, model, windows, device):
-        """The head's input for ``windows``: pooled features, float32 numpy, in order."""
-        model.eval()
-        extraction = self._fitted.extraction
-        layout = Layout.of(parts_needed(extraction), model.config.hidden_size)
-        with _training.autocast(device, self._fitted.dtype):
-            (records,) = forward_parts(TorchRunner(model), self.tokenizer_, windows, [layout],
-                                       self.batch_size)
-        return assemble(layout.parts(records), extraction)
+    @property
+    def model_(self):
+        return self._vectorizer.model_
+
+    @property
+    def tokenizer_(self):
+        return self._vectorizer.tokenizer_
+
+    @property
+    def n_layers_(self):
+        return self._vectorizer.n_layers_
 
     def transform(self, X):
         """Pooled features of the fine-tuned encoder: the input of the linear head.
 
-        They can feed any other estimator. With ``freeze="all"`` they equal
-        :class:`skbert.BertVectorizer`'s features for the same ``layer`` and
-        ``pooling``.
+        They can feed any other estimator. With ``freeze="all"`` they are
+        :class:`skbert.BertVectorizer`'s features for the same ``layer``,
+        ``pooling`` and ``dtype``.
 
         Parameters
         ----------
@@ -295,13 +291,10 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
             One row per text, in input order.
         """
         check_is_fitted(self)
-        texts = check_texts(X)
-        if not texts:
-            return np.empty((0, self.coef_.shape[1]), dtype=np.float32)
-        device = _loading.resolve_device(self.device)
-        windows = tokenize(self.tokenizer_, texts, self._fitted.window_length,
-                           self._fitted.truncation)
-        return self._encode(self._model_on(device), windows, device)
+        # A shallow copy with device and batch_size as they are now: inference changes nothing.
+        vectorizer = object.__new__(BertVectorizer)
+        vectorizer.__dict__.update(self._vectorizer.__dict__)
+        return vectorizer.set_params(device=self.device, batch_size=self.batch_size).transform(X)
 
     def _linear_outputs(self, X):
         return self.transform(X).astype(np.float64) @ self.coef_.T + self.intercept_
@@ -316,32 +309,25 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__
-        if "model_" in state:
-            model, tokenizer = state.pop("model_"), state.pop("tokenizer_")
-            if self.persist_weights:
-                state["_files"] = _persistence.dump_model(model, tokenizer)
-            else:  # the record's reference, refused where the fit trained the base weights
-                _check_persist_weights(False, self._fitted.freeze)
-            # Builtins only, so that skops needs to trust no type beyond the estimator's.
+        if "_fitted" in state:
+            _check_persist_weights(self.persist_weights, self._fitted.freeze)
+            if not self.persist_weights:  # the vectorizer unfitted: _fitted has the reference
+                state["_vectorizer"] = clone(self._vectorizer).set_params(
+                    revision=self._fitted.reference["revision"])
+            # Builtins, so that skops needs to trust no type beyond skbert's estimators.
             state["_fitted"] = dataclasses.asdict(self._fitted)
         return state
 
     def __setstate__(self, state):
-        files = state.pop("_files", None)
-        if "_fitted" in state:
-            state["_fitted"] = _Fitted(**state["_fitted"])
+        fitted = state.get("_fitted")
+        if fitted is not None:
+            state["_fitted"] = fitted = _Fitted(**fitted)
         super().__setstate__(state)
-        if files is not None:
-            self.model_, self.tokenizer_ = _persistence.load_model(files, "float32")
-        elif "_fitted" in state:  # a reference: find the base model again, checked
-            fitted = self._fitted
-            loaded = _loading.load(fitted.model, fitted.revision, "float32",
-                                   _loading.resolve_device(self.device))
-            _loading.check_reference(loaded, fitted.fingerprint, fitted.tokenizer_fingerprint,
-                                     fitted.model, fitted.revision, type(self).__name__)
-            self.tokenizer_ = loaded.tokenizer
-            self.model_ = (loaded.model if fitted.lora_factors is None
-                           else _lora.merged(loaded.model, fitted.lora_factors))
+        if fitted is not None and not self.persist_weights:  # find the base model again
+            vectorizer = self._vectorizer.fit()
+            vectorizer._check_reference(fitted.reference, type(self).__name__)
+            if fitted.lora_factors is not None:
+                vectorizer.model_ = _lora.merged(vectorizer.model_, fitted.lora_factors)
 
 
 def _check_samples(texts, y, estimator):
@@ -350,6 +336,7 @@ def _check_samples(texts, y, estimator):
         raise ValueError(f"Found 0 texts while a minimum of 1 is required by {estimator}.")
 
 
+@shared(FINETUNER)
 class BertClassifier(ClassifierMixin, _BaseFinetuner):
     """Fine-tune a BERT-family encoder with a linear classification head.
 
@@ -369,135 +356,23 @@ class BertClassifier(ClassifierMixin, _BaseFinetuner):
 
     Parameters
     ----------
-    model : str or path-like, default="bert-base-uncased"
-        Hugging Face hub id or local directory of a BERT-family encoder. The
-        encoder trains as a private copy: a model shared with other estimators
-        of the process (e.g. :class:`skbert.BertVectorizer`) never changes.
-    layer : int, default=-1
-        Hidden state the head reads: 0 is the embedding output, -1 the last
-        layer, negative indices count from the end.
-    pooling : {"cls", "mean", "max", "mean_sqrt_len", "mean_max", "pooler", "last"}, \
-default="cls"
-        How the tokens of ``layer`` become the head's input, as in
-        :class:`skbert.BertVectorizer` (special tokens included). "cls" is
-        the default because fine-tuning teaches the [CLS] vector to summarize
-        the text, as in BERT's own recipe; "mean" often does better with a
-        frozen encoder.
-    freeze : None, "embeddings", int, "all" or "lora", default=None
-        What does not train: None trains everything, "embeddings" freezes the
-        embedding layer, an int k the embeddings and the bottom k layers, and
-        "all" the whole encoder, so that only the head trains (on features
-        encoded once, so extra epochs cost little). Frozen parts run in eval
-        mode (no dropout). "lora" freezes the encoder's weights and trains
-        low-rank adapters (LoRA, with peft: ``pip install 'skbert[peft]'``)
-        on the query and value projections of every attention layer with the
-        head; the encoder stays shared with other estimators and unchanged,
-        and ``model_`` holds the adapters merged into those projections, so
-        that inference costs what the encoder alone costs.
-    lora_rank : int, default=8
-        Rank r of each adapter (``freeze="lora"``): ``W + (alpha / r) B A``
-        with ``B`` of shape (out, r) and ``A`` (r, in).
-    lora_alpha : float, default=16
-        LoRA's scaling numerator alpha.
-    lora_dropout : float, default=0.1
-        Dropout on the adapters' input during training.
-    max_epochs : int, default=3
-        Passes over the training texts.
-    learning_rate : float or "auto", default="auto"
-        Peak learning rate of AdamW for the encoder's weights that train (the
-        adapters with ``freeze="lora"``). "auto" is 5e-5, as in BERT's
-        recipe, and 2e-3 for LoRA: its adapters start from zero and need
-        larger steps (all-MiniLM-L6-v2 on 800 TREC questions, 3 epochs:
-        LoRA's validation accuracy 0.755 at 5e-5, 0.860 at 5e-4, 0.880 at
-        2e-3, 0.860 at 5e-3; full fine-tuning's best was 5e-5;
-        ``benchmarks/finetune.py``).
-    head_learning_rate : float, default=1e-2
-        Peak learning rate of AdamW for the head. The head starts from
-        scratch and learns much faster than the pretrained encoder may
-        change (1e-2 is also SetFit's default); with ``freeze="all"`` it is
-        the only rate that matters.
-    batch_size : int, default=16
-        Texts per optimization step (and per forward pass at predict time).
-    weight_decay : float, default=0.01
-        AdamW's decoupled weight decay, on weight matrices only (not on biases
-        and LayerNorm weights).
-    warmup_ratio : float, default=0.1
-        Share of the optimization steps over which the learning rate rises
-        linearly from 0; it then falls linearly to 0 at the last step.
-    max_length : int or None, default=None
-        Tokens per text, special tokens included. None is the model's limit.
-    truncation : {"head", "tail", "head_tail"}, default="head"
-        Which tokens of a longer text are kept, as in
-        :class:`skbert.BertVectorizer`. Each text is one training example of
-        one window, so "chunks" is not available. Text pairs are truncated
-        longest-first from the end ("head").
-    early_stopping : bool, default=False
-        Whether to hold out ``validation_fraction`` of the training texts
-        (stratified), stop when the validation accuracy has not improved for
-        ``n_iter_no_change`` epochs and return to the best epoch's weights.
-    validation_fraction : float, default=0.1
-        Share of the training texts held out when ``early_stopping`` is True.
-    n_iter_no_change : int, default=2
-        Epochs without improvement of the validation accuracy before stopping.
+    %(training)s
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes in the loss, as in
         :class:`sklearn.linear_model.LogisticRegression`.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the head's initialization, dropout, shuffling and the
-        validation split. An int gives the same model on every fit (on the
-        CPU; GPU kernels may differ in the last bits). The global torch random
-        state is left as it was.
-    device : {"auto", "cpu", "cuda", "cuda:N", "mps"}, default="auto"
-        Where training and inference run; resolved at fit and predict time.
-    dtype : {"float32", "float16", "bfloat16"}, default="float32"
-        Compute precision. "float16" and "bfloat16" train in mixed precision
-        (autocast; float16 with loss scaling on CUDA), meant for GPUs; the
-        weights stay float32.
-    persist_weights : bool, default=True
-        Whether pickles carry the encoder's weights (self-contained); read
-        when pickling, so it may also be set after fit. False pickles a
-        reference to the base model of the fit (path or hub id, revision, the
-        fingerprints of weights and tokenizer) and what trained: the head,
-        and with ``freeze="lora"`` the adapters (under 1 MB for
-        all-MiniLM-L6-v2); unpickling finds the base model again and refuses
-        one whose weights or tokenizer changed. Only a fit with
-        ``freeze="all"`` or ``"lora"`` leaves the base model as it was, so
-        only such a fit allows False: it is refused at fit, and at pickling
-        after a fit that trained the encoder, whatever ``freeze`` is set to
-        since.
-    revision : str or None, default=None
-        Hub revision (branch, tag or commit) to pin.
-    verbose : bool or int, default=False
-        Show a progress bar per epoch with the running training loss. On a
-        terminal it updates live; written to a file or a log, every 30 s at
-        most.
+    %(running)s
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
         The class labels, sorted.
-    model_ : transformers.PreTrainedModel
-        The fine-tuned encoder, in eval mode (with ``freeze="all"`` the
-        shared one; with ``"lora"`` the shared weights with the adapters
-        merged into their projections).
-    tokenizer_ : transformers.PreTrainedTokenizerBase
-        Its tokenizer.
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         Weights of the linear head on :meth:`transform`'s features; one row
         for two classes (the decision for ``classes_[1]``), as in
         :class:`sklearn.linear_model.LogisticRegression`.
     intercept_ : ndarray of shape (1,) or (n_classes,)
         Biases of the linear head.
-    n_layers_ : int
-        Number of hidden states, the embedding output included (layers + 1).
-    n_iter_ : int
-        Epochs run.
-    loss_curve_ : list of float
-        Mean training loss of each epoch.
-    validation_scores_ : list of float or None
-        Validation accuracy after each epoch; None without early stopping.
-    best_validation_score_ : float or None
-        The best of ``validation_scores_``; None without early stopping.
+    %(fitted)s
 
     See Also
     --------
@@ -664,72 +539,22 @@ default="cls"
         return self.classes_[best]
 
 
+@shared(FINETUNER)
 class BertRegressor(RegressorMixin, _BaseFinetuner):
     """Fine-tune a BERT-family encoder with a linear regression head.
 
     The same model and training as :class:`BertClassifier`, with a squared
     error loss. Targets are standardized for training (so the default
     learning rate suits any unit) and predictions are scaled back. On text
-    pairs it is a cross-encoder, e.g. for semantic similarity scores. Each
-    parameter means what it means for :class:`BertClassifier`, and as there,
-    predictions and pickles read what the last fit built, never a parameter
-    set since (but ``device``, ``batch_size`` and ``persist_weights``).
+    pairs it is a cross-encoder, e.g. for semantic similarity scores. As
+    there, predictions and pickles read what the last fit built, never a
+    parameter set since (but ``device``, ``batch_size`` and
+    ``persist_weights``).
 
     Parameters
     ----------
-    model : str or path-like, default="bert-base-uncased"
-        Hub id or local directory of the encoder; it trains as a private copy.
-    layer : int, default=-1
-        Hidden state the head reads (0 is the embedding output).
-    pooling : {"cls", "mean", "max", "mean_sqrt_len", "mean_max", "pooler", "last"}, \
-default="cls"
-        How the tokens of ``layer`` become the head's input.
-    freeze : None, "embeddings", int, "all" or "lora", default=None
-        What does not train: nothing, the embeddings, the embeddings and the
-        bottom k layers, the whole encoder (only the head trains), or the
-        encoder's weights with LoRA adapters training on them.
-    lora_rank, lora_alpha, lora_dropout : int, float, float, default=8, 16, 0.1
-        The adapters of ``freeze="lora"``.
-    max_epochs : int, default=3
-        Passes over the training texts.
-    learning_rate : float or "auto", default="auto"
-        Peak learning rate of AdamW for the encoder (the adapters with
-        ``freeze="lora"``): "auto" is 5e-5, and 2e-3 for LoRA.
-    head_learning_rate : float, default=1e-2
-        Peak learning rate of AdamW for the head.
-    batch_size : int, default=16
-        Texts per optimization step and per forward pass.
-    weight_decay : float, default=0.01
-        AdamW's weight decay, on weight matrices only.
-    warmup_ratio : float, default=0.1
-        Share of the steps with a rising learning rate, which then decays to 0.
-    max_length : int or None, default=None
-        Tokens per text, special tokens included; None is the model's limit.
-    truncation : {"head", "tail", "head_tail"}, default="head"
-        Which tokens of a longer text are kept.
-    early_stopping : bool, default=False
-        Hold out ``validation_fraction`` of the texts and stop when their
-        R^2 has not improved for ``n_iter_no_change`` epochs, keeping the best
-        epoch's weights.
-    validation_fraction : float, default=0.1
-        Share of the texts held out for early stopping.
-    n_iter_no_change : int, default=2
-        Epochs without improvement before stopping.
-    random_state : int, RandomState instance or None, default=None
-        Seeds initialization, dropout, shuffling and the validation split.
-    device : {"auto", "cpu", "cuda", "cuda:N", "mps"}, default="auto"
-        Where training and inference run.
-    dtype : {"float32", "float16", "bfloat16"}, default="float32"
-        Compute precision; lower ones train in mixed precision (for GPUs).
-    persist_weights : bool, default=True
-        Pickles carry the weights, or (False, after a fit with
-        ``freeze="all"`` or ``"lora"``) a checked reference to the base model
-        and what trained; read when pickling.
-    revision : str or None, default=None
-        Hub revision to pin.
-    verbose : bool or int, default=False
-        Show a progress bar per epoch with the running training loss; in a
-        log, every 30 s at most.
+    %(training)s
+    %(running)s
 
     Attributes
     ----------
@@ -740,10 +565,7 @@ default="cls"
         Biases of the linear head, in the units of the targets.
     n_outputs_ : int
         Number of targets.
-    model_, tokenizer_, n_layers_, n_iter_, loss_curve_, validation_scores_, \
-best_validation_score_
-        As for :class:`BertClassifier`; the loss is on standardized targets
-        and the validation score is R^2.
+    %(fitted)s
 
     See Also
     --------

@@ -317,9 +317,9 @@ def test_joblib_round_trip_in_a_new_process(classifier, multiclass, tmp_path):
 
 def test_pickle_carries_tuned_weights_and_loads_on_a_cpu_only_machine(classifier, multiclass):
     X, _ = multiclass
-    saved = classifier.__getstate__()
-    assert "model_" not in saved and all(isinstance(v, bytes) for v in saved["_files"].values())
-    assert "model_" in classifier.__dict__  # the live object keeps its model
+    files = classifier.__getstate__()["_vectorizer"].__getstate__()["_files"]
+    assert all(isinstance(v, bytes) for v in files.values())
+    assert "_engine" in classifier._vectorizer.__dict__  # the live object keeps its model
     payload = pickle.dumps(classifier)
     with mock.patch("torch.cuda.is_available", return_value=False):
         reloaded = pickle.loads(payload)

@@ -1,0 +1,148 @@
+"""Docstring parts that several estimators share, formatted into each of their docstrings.
+
+As scipy's ``doccer`` does: a docstring names a shared part ``%(name)s`` and
+:func:`shared` fills it in, so that ``help()`` and the API reference show
+every parameter in full where it applies, written in one place.
+"""
+
+# BertClassifier and BertRegressor (skbert._finetune): the parameters up to and after the
+# classifier's class_weight, and the fitted attributes both have.
+FINETUNER = {
+    "training": """model : str or path-like, default="bert-base-uncased"
+        Hugging Face hub id or local directory of a BERT-family encoder. The
+        encoder trains as a private copy: a model shared with other estimators
+        of the process (e.g. :class:`skbert.BertVectorizer`) never changes.
+    layer : int, default=-1
+        Hidden state the head reads: 0 is the embedding output, -1 the last
+        layer, negative indices count from the end.
+    pooling : {"cls", "mean", "max", "mean_sqrt_len", "mean_max", "pooler", "last"}, \
+default="cls"
+        How the tokens of ``layer`` become the head's input, as in
+        :class:`skbert.BertVectorizer` (special tokens included). "cls" is
+        the default because fine-tuning teaches the [CLS] vector to summarize
+        the text, as in BERT's own recipe; "mean" often does better with a
+        frozen encoder.
+    freeze : None, "embeddings", int, "all" or "lora", default=None
+        What does not train: None trains everything, "embeddings" freezes the
+        embedding layer, an int k the embeddings and the bottom k layers, and
+        "all" the whole encoder, so that only the head trains, on the features
+        of a :class:`skbert.BertVectorizer` of the same ``layer``,
+        ``pooling`` and ``dtype``: from its cache, so extra epochs cost little
+        and a grid over the head's settings encodes each text once. Frozen
+        parts run in eval mode (no dropout). "lora" freezes the encoder's
+        weights and trains low-rank adapters (LoRA, with peft: ``pip install
+        'skbert[peft]'``) on the query and value projections of every
+        attention layer with the head; the encoder stays shared with other
+        estimators and unchanged, and ``model_`` holds the adapters merged
+        into those projections, so that inference costs what the encoder
+        alone costs.
+    lora_rank : int, default=8
+        Rank r of each adapter (``freeze="lora"``): ``W + (alpha / r) B A``
+        with ``B`` of shape (out, r) and ``A`` (r, in).
+    lora_alpha : float, default=16
+        LoRA's scaling numerator alpha.
+    lora_dropout : float, default=0.1
+        Dropout on the adapters' input during training.
+    max_epochs : int, default=3
+        Passes over the training texts.
+    learning_rate : float or "auto", default="auto"
+        Peak learning rate of AdamW for the encoder's weights that train (the
+        adapters with ``freeze="lora"``). "auto" is 5e-5, as in BERT's
+        recipe, and 2e-3 for LoRA: its adapters start from zero and need
+        larger steps (all-MiniLM-L6-v2 on 800 TREC questions, 3 epochs:
+        LoRA's validation accuracy 0.755 at 5e-5, 0.860 at 5e-4, 0.880 at
+        2e-3, 0.860 at 5e-3; full fine-tuning's best was 5e-5;
+        ``benchmarks/finetune.py``).
+    head_learning_rate : float, default=1e-2
+        Peak learning rate of AdamW for the head. The head starts from
+        scratch and learns much faster than the pretrained encoder may
+        change (1e-2 is also SetFit's default); with ``freeze="all"`` it is
+        the only rate that matters.
+    batch_size : int, default=16
+        Texts per optimization step (and per forward pass when encoding).
+    weight_decay : float, default=0.01
+        AdamW's decoupled weight decay, on weight matrices only (not on biases
+        and LayerNorm weights).
+    warmup_ratio : float, default=0.1
+        Share of the optimization steps over which the learning rate rises
+        linearly from 0; it then falls linearly to 0 at the last step.
+    max_length : int or None, default=None
+        Tokens per text, special tokens included. None is the model's limit.
+    truncation : {"head", "tail", "head_tail"}, default="head"
+        Which tokens of a longer text are kept, as in
+        :class:`skbert.BertVectorizer`. Each text is one training example of
+        one window, so "chunks" is not available. Text pairs are truncated
+        longest-first from the end ("head").
+    early_stopping : bool, default=False
+        Whether to hold out ``validation_fraction`` of the training texts
+        (stratified by class for a classifier), stop when the validation
+        score (accuracy for a classifier, R^2 for a regressor) has not
+        improved for ``n_iter_no_change`` epochs and return to the best
+        epoch's weights.
+    validation_fraction : float, default=0.1
+        Share of the training texts held out when ``early_stopping`` is True.
+    n_iter_no_change : int, default=2
+        Epochs without improvement of the validation score before stopping.""",
+    "running": """random_state : int, RandomState instance or None, default=None
+        Seeds the head's initialization, dropout, shuffling and the
+        validation split. An int gives the same model on every fit (on the
+        CPU; GPU kernels may differ in the last bits). The global torch random
+        state is left as it was.
+    device : {"auto", "cpu", "cuda", "cuda:N", "mps"}, default="auto"
+        Where training and inference run; resolved at fit and predict time.
+    dtype : {"float32", "float16", "bfloat16"}, default="float32"
+        Compute precision. With ``freeze="all"`` the frozen encoder computes
+        in it as :class:`skbert.BertVectorizer` does (weights in ``dtype``).
+        Otherwise "float16" and "bfloat16" train in mixed precision
+        (autocast; float16 with loss scaling on CUDA), meant for GPUs; the
+        weights stay float32, and so does inference.
+    persist_weights : bool, default=True
+        Whether pickles carry the encoder's weights (self-contained); read
+        when pickling, so it may also be set after fit. False pickles a
+        reference to the base model of the fit (path or hub id, revision, the
+        fingerprints of weights and tokenizer) and what trained: the head,
+        and with ``freeze="lora"`` the adapters (under 1 MB for
+        all-MiniLM-L6-v2); unpickling finds the base model again and refuses
+        one whose weights or tokenizer changed. Only a fit with
+        ``freeze="all"`` or ``"lora"`` leaves the base model as it was, so
+        only such a fit allows False: it is refused at fit, and at pickling
+        after a fit that trained the encoder, whatever ``freeze`` is set to
+        since.
+    revision : str or None, default=None
+        Hub revision (branch, tag or commit) to pin.
+    verbose : bool or int, default=False
+        Show a progress bar per epoch with the running training loss. On a
+        terminal it updates live; written to a file or a log, every 30 s at
+        most.""",
+    "fitted": """model_ : transformers.PreTrainedModel
+        The encoder that computes :meth:`transform`'s features, in eval mode:
+        with ``freeze="all"`` the shared one; with ``"lora"`` the shared
+        weights with the adapters merged into their projections; otherwise
+        the fine-tuned private copy.
+    tokenizer_ : transformers.PreTrainedTokenizerBase
+        Its tokenizer.
+    n_layers_ : int
+        Number of hidden states, the embedding output included (layers + 1).
+    n_iter_ : int
+        Epochs run.
+    loss_curve_ : list of float
+        Mean training loss of each epoch (of a regressor: on standardized
+        targets).
+    validation_scores_ : list of float or None
+        Validation score (accuracy, or R^2 for a regressor) after each epoch;
+        None without early stopping.
+    best_validation_score_ : float or None
+        The best of ``validation_scores_``; None without early stopping.""",
+}
+
+
+def shared(parts):
+    """A class decorator that formats ``parts`` into the class's docstring (which
+    ``python -OO`` removes)."""
+
+    def format_docstring(cls):
+        if cls.__doc__:
+            cls.__doc__ %= parts
+        return cls
+
+    return format_docstring
