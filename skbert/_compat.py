@@ -70,3 +70,24 @@ def autocast_enabled(device_type):
         if device_type == "cpu":
             return torch.is_autocast_cpu_enabled()
         return torch.is_autocast_enabled()
+
+
+def cached_model_file(source, filename, revision):
+    """The local path of ``filename`` of the hub model ``source`` as transformers resolves it,
+    or None where the repository has no such file or cannot be reached.
+
+    transformers' private ``_raise_exceptions_for_*`` arguments turn its errors
+    into None; where they are refused (TypeError), or ignored so that the error
+    comes (OSError), huggingface_hub's public look-up in its cache answers.
+    """
+    from transformers.utils import cached_file
+
+    try:
+        return cached_file(source, filename, revision=revision,
+                           _raise_exceptions_for_missing_entries=False,
+                           _raise_exceptions_for_connection_errors=False)
+    except (TypeError, OSError):
+        from huggingface_hub import try_to_load_from_cache
+
+        path = try_to_load_from_cache(source, filename, revision=revision)
+        return path if isinstance(path, str) else None  # not a "known missing" marker

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skbert import _files, _loading
+from skbert import _compat, _files, _loading
 
 # Raise it when the files of an export or a record change: those of another version are
 # not found, and converted again.
@@ -138,17 +138,22 @@ def _files_digest(source, revision, dtype):
 
 def _hub_folder(source, revision):
     """The local snapshot folder of a hub model, resolved as transformers resolves it."""
-    from transformers.utils import cached_file
-
-    path = cached_file(source, "config.json", revision=revision,
-                       _raise_exceptions_for_missing_entries=False,
-                       _raise_exceptions_for_connection_errors=False)
+    path = _compat.cached_model_file(source, "config.json", revision)
     return None if path is None else os.path.dirname(path)
 
 
 _graphs = {}  # export key -> compiled graph, least recently used first
 _converting = {}  # export key -> the lock of its conversion, while one runs
 _registry = threading.Lock()  # guards the two dicts only: never held through a conversion
+# The steps of a conversion that are not thread-safe, one at a time in the process, both
+# engines' under one lock as they share torch's tracer: torch.onnx.export keeps its state in
+# globals ("GLOBALS.in_onnx_export must be False" in a second thread), torch.jit's tracing
+# under OpenVINO's convert_model a global module map ("Couldn't get TorchScript module by
+# tracing"). NNCF's calibration is held too: its progress bars share rich's global console,
+# and it is not documented as thread-safe (two ran at once here without error, without a
+# terminal). Compiling and the check against torch run in parallel: OpenVINO's Core and ONNX
+# Runtime's sessions are thread-safe.
+_TRACING = threading.Lock()
 
 
 def graph(engine, depth, states, pooler):
@@ -377,19 +382,24 @@ def _convert(engine, depth, states, pooler):
     samples = None if calibration is None else [inputs([ids]) for ids in calibration]
     example = inputs(rows([8, 12]))
     checks = [inputs(rows([limit, limit // 2, min(limit, 130), 3])), inputs(rows([7]))]
-    try:
-        with torch.inference_mode(False), torch.no_grad(), _this_thread_quiet():
-            expected = [[output.numpy() for output in module(
-                **{name: torch.as_tensor(values) for name, values in check.items()})]
-                for check in checks]
+    if samples is not None:
+        import nncf  # noqa: F401 (before the quiet below: NNCF adds its log handler when imported)
+
+    with torch.inference_mode(False), torch.no_grad(), _this_thread_quiet():
+        # Outside the try below: torch failing on its own model is not the engine's failure.
+        expected = [[output.numpy() for output in module(
+            **{name: torch.as_tensor(values) for name, values in check.items()})]
+            for check in checks]
+        try:
             if backend == "openvino":
                 return _convert_openvino(module, example, checks, expected, samples)
             return _convert_onnx(module, example, checks, expected)
-    except (ImportError, OSError, MemoryError):
-        raise
-    except Exception as exc:  # the converters raise types of their own
-        raise ValueError(f"backend={backend!r} cannot convert {type(model).__name__} "
-                         f"({type(exc).__name__}: {exc}); use backend='torch' for it.") from exc
+        except (ImportError, OSError, MemoryError):
+            raise
+        except Exception as exc:  # the converters raise types of their own; kept as the cause
+            raise ValueError(f"backend={backend!r} cannot convert {type(model).__name__} "
+                             f"({type(exc).__name__}: {exc}); use backend='torch' for "
+                             "it.") from exc
 
 
 def _module(model, states, pooler):
@@ -431,7 +441,8 @@ def _check(run, checks, expected):
 def _convert_openvino(module, example, checks, expected, samples):
     import openvino
 
-    converted = openvino.convert_model(module, example_input=example)
+    with _TRACING:
+        converted = openvino.convert_model(module, example_input=example)
     compiled = openvino.Core().compile_model(converted, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
 
     def run(check):
@@ -443,8 +454,9 @@ def _convert_openvino(module, example, checks, expected, samples):
         return converted
     import nncf
 
-    return nncf.quantize(converted, nncf.Dataset(samples), model_type=nncf.ModelType.TRANSFORMER,
-                         subset_size=len(samples))
+    with _TRACING:
+        return nncf.quantize(converted, nncf.Dataset(samples),
+                             model_type=nncf.ModelType.TRANSFORMER, subset_size=len(samples))
 
 
 def _convert_onnx(module, example, checks, expected):
@@ -453,9 +465,10 @@ def _convert_onnx(module, example, checks, expected):
 
     names = list(example)
     buffer = io.BytesIO()
-    torch.onnx.export(module, tuple(torch.as_tensor(example[name]) for name in names), buffer,
-                      input_names=names, dynamo=False,
-                      dynamic_axes={name: {0: "batch", 1: "tokens"} for name in names})
+    with _TRACING:
+        torch.onnx.export(module, tuple(torch.as_tensor(example[name]) for name in names),
+                          buffer, input_names=names, dynamo=False,
+                          dynamic_axes={name: {0: "batch", 1: "tokens"} for name in names})
     session = onnxruntime.InferenceSession(buffer.getvalue(),
                                            providers=["CPUExecutionProvider"])
     _check(lambda check: session.run(None, {node.name: check[node.name]
@@ -465,35 +478,62 @@ def _convert_onnx(module, example, checks, expected):
 
 
 class _ThisThread(logging.Filter):
-    """Drops the records below ``level`` that one thread logs."""
+    """Drops the records below ``level`` that one thread logs on logger ``name`` or its
+    children."""
 
-    def __init__(self, level):
-        super().__init__()
+    def __init__(self, name, level):
+        super().__init__(name)
         self.thread, self.level = threading.get_ident(), level
 
     def filter(self, record):
-        return record.thread != self.thread or record.levelno >= self.level
+        # logging.Filter's own test says whether the record is of ``name`` or a child of it.
+        return (record.thread != self.thread or record.levelno >= self.level
+                or not super().filter(record))
 
 
 # What a conversion logs and nobody needs: NNCF logs each step at INFO level; transformers
 # warns, while the model is traced, of a loss_type that an encoder does not have.
 _QUIET = {"nncf": logging.WARNING, "transformers": logging.ERROR}
+_quieting = threading.Lock()  # our edits of handlers' filter lists, one at a time
 
 
 @contextlib.contextmanager
 def _this_thread_quiet():
-    """Hide :data:`_QUIET` records for this thread only: filters on the loggers rather than
-    their levels, so that other threads log as before. Warnings (the tracer's) are left to
-    show: hiding them would need the process-wide warning filters, and the check at every
-    length is what answers them."""
-    filters = {name: _ThisThread(level) for name, level in _QUIET.items()}
-    for name, quiet in filters.items():
-        logging.getLogger(name).addFilter(quiet)
+    """Hide :data:`_QUIET` records for this thread only: filters rather than levels, so that
+    other threads log as before. Warnings (the tracer's) are left to show: hiding them would
+    need the process-wide warning filters, and the check at every length is what answers them.
+
+    The filters sit on the handlers, not the loggers: Python consults a logger's filters for
+    the records logged on it only, a handler's for every record it is given, those that
+    children propagate included (transformers logs on one logger per module, some created
+    while converting). A filter list is replaced, not changed in place: another thread
+    filtering a record meanwhile goes on over the old list (a removal in place skips an
+    element of a loop over it).
+    """
+    quiet = [_ThisThread(name, level) for name, level in _QUIET.items()]
+    handlers = {handler: None for name in _QUIET for handler in _handlers_reached(name)}
+    with _quieting:
+        for handler in handlers:
+            handler.filters = [*handler.filters, *quiet]
     try:
         yield
     finally:
-        for name, quiet in filters.items():
-            logging.getLogger(name).removeFilter(quiet)
+        with _quieting:
+            for handler in handlers:
+                handler.filters = [kept for kept in handler.filters if kept not in quiet]
+
+
+def _handlers_reached(name):
+    """The handlers that the records of logger ``name`` and its children reach, as far as they
+    are created: none is created here (NNCF, imported after, would keep a logger of the wrong
+    class), and Python's last resort for records that reach none is one of them."""
+    handlers = [] if logging.lastResort is None else [logging.lastResort]
+    for logger_name, logger in logging.root.manager.loggerDict.copy().items():
+        if isinstance(logger, logging.Logger) and f"{logger_name}.".startswith(f"{name}."):
+            while logger is not None:
+                handlers.extend(logger.handlers)
+                logger = logger.parent if logger.propagate else None
+    return handlers
 
 
 def digest(text):
