@@ -1,13 +1,15 @@
-"""The one place where skbert imports private helpers of scikit-learn and transformers.
+"""The one place where skbert reads private helpers of scikit-learn, torch and transformers.
 
-They are stable in practice but not public API; keeping them here means a
-release that moves them breaks exactly one module.
+They are stable in practice but not public API; keeping them here, each with a
+fallback, means a release that moves them breaks exactly one module.
 """
 
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
-__all__ = ["HasMethods", "Interval", "StrOptions", "_fit_context", "install_output_hooks"]
+__all__ = ["HasMethods", "Interval", "StrOptions", "_fit_context", "autocast_enabled",
+           "cached_model_file", "install_output_hooks", "linear_pointwise", "runs_hooks",
+           "tensor_version"]
 
 
 def install_output_hooks(model):

@@ -357,8 +357,7 @@ def _convert(engine, depth, states, pooler):
     # other outputs afterwards.
     private = copy.deepcopy(model).float().cpu().eval()
     module = _module(shallow_view(private, depth), states, pooler)
-    limit = int(min(tokenizer.model_max_length,
-                    getattr(model.config, "max_position_embeddings", tokenizer.model_max_length)))
+    limit = int(_loading.length_limit(tokenizer, model.config))
 
     def inputs(rows):
         with TOKENIZER_LOCK:

@@ -440,11 +440,9 @@ def _read_json(source, revision, name):
         path = os.path.join(source, name)
         path = path if os.path.isfile(path) else None
     else:
-        from transformers.utils import cached_file
+        from skbert._compat import cached_model_file
 
-        path = cached_file(source, name, revision=revision,
-                           _raise_exceptions_for_missing_entries=False,
-                           _raise_exceptions_for_connection_errors=False)
+        path = cached_model_file(source, name, revision)
     if path is None:
         return None
     with open(path, encoding="utf-8") as file:

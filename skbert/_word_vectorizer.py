@@ -204,8 +204,10 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
         return self._fit_transform(X)
 
     def _features(self, samples, runner):
-        alignment = _words.align(self.tokenizer_, samples, self._window_length(), self)
         layers, store = self._layers("mean"), self._store()
+        # The alignment is kept for the next call while something is cached (a grid).
+        alignment = _words.align(self.tokenizer_, samples, self._window_length(),
+                                 None if store is None else self)
         # A cache entry holds every layer, so that any other setting is served from it.
         stored = sorted(set(layers)) if store is None else list(range(self.n_layers_))
         setting = ([stored.index(layer) for layer in layers], self.layer_combine,

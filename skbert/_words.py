@@ -211,9 +211,8 @@ def align(tokenizer, samples, max_length, owner=None):
     the sentence's tokens centred on the target (moved to hold the sentence's start or end
     where it would pass them), which never cuts the target's subwords.
 
-    With an ``owner`` (the estimator that aligns), its last alignment is kept
-    while it lives and the in-memory cache has a budget
-    (:func:`skbert.set_cache_limit`), and returned again for the same
+    With an ``owner`` (the estimator that aligns, where it caches), its last
+    alignment is kept while it lives, and returned again for the same
     tokenizer, equal samples and ``max_length``: a grid over settings, or a
     layer probe, transforms the same samples many times.
     """
@@ -222,7 +221,7 @@ def align(tokenizer, samples, max_length, owner=None):
         alignment = last[3]
     else:
         alignment = _align(tokenizer, samples, max_length)
-    if owner is not None and _cache.MEMORY.max_bytes:
+    if owner is not None:
         _ALIGNED[owner] = (tokenizer, samples, max_length, alignment)
     return alignment
 
