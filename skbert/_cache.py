@@ -30,7 +30,6 @@ from skbert._keys import entry_name, window_keys
 from skbert._stores import (
     MEMORY,
     DiskStore,
-    _checksum,
     check_cache,
     clear_cache,
     set_cache_limit,
@@ -38,7 +37,7 @@ from skbert._stores import (
 )
 
 # What the estimators and the tests reach through this module, beside its own functions.
-__all__ = ["MEMORY", "_checksum", "check_cache", "clear_cache", "set_cache_limit", "store_for",
+__all__ = ["MEMORY", "check_cache", "clear_cache", "set_cache_limit", "store_for",
            "window_entries", "window_features", "window_keys"]
 
 # Entries held at once by one call, beyond the store: one chunk of distinct windows (and

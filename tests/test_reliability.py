@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sklearn import clone
 
 import skbert
-from skbert import BertVectorizer, _cache, _exports
+from skbert import BertVectorizer, _cache, _exports, _stores
 
 HOSTILE = [
     "", " ", "\t\n\r ", "\x00", "a\x00b", "\x07\x1b[31mred\x1b[0m", "\u202eevil\u202c",
@@ -233,7 +233,7 @@ def _wrong_length(vectorizer, directory, patch):
     for path in _filled(vectorizer, directory):
         values = path.read_bytes()[4:]
         values = values[:len(values) // 8 * 4]
-        path.write_bytes(_cache._checksum(path.stem, values) + values)  # valid, half as long
+        path.write_bytes(_stores._checksum(path.stem, values) + values)  # valid, half as long
     return None, None
 
 
