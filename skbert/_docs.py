@@ -90,12 +90,22 @@ default="cls"
         state is left as it was.
     device : {"auto", "cpu", "cuda", "cuda:N", "mps"}, default="auto"
         Where training and inference run; resolved at fit and predict time.
-    dtype : {"float32", "float16", "bfloat16"}, default="float32"
+    dtype : {"float32", "float16", "bfloat16", "int8"}, default="float32"
         Compute precision. With ``freeze="all"`` the frozen encoder computes
-        in it as :class:`skbert.BertVectorizer` does (weights in ``dtype``).
-        Otherwise "float16" and "bfloat16" train in mixed precision
-        (autocast; float16 with loss scaling on CUDA), meant for GPUs; the
-        weights stay float32, and so does inference.
+        in it as :class:`skbert.BertVectorizer` does (weights in ``dtype``;
+        "int8" with ``backend="openvino"``). Otherwise "float16" and
+        "bfloat16" train in mixed precision (autocast; float16 with loss
+        scaling on CUDA), meant for GPUs; the weights stay float32, and so
+        does inference.
+    backend : {"torch", "openvino", "onnx"}, default="torch"
+        The engine of a frozen encoder (``freeze="all"``), as for
+        :class:`skbert.BertVectorizer`: OpenVINO (float32, bfloat16 or
+        int8) or ONNX Runtime on the CPU, where the head then trains in
+        float32 on their features. Training the encoder needs "torch".
+    calibration : None, "fit" or list of str, default=None
+        The texts that calibrate ``dtype="int8"``, as for
+        :class:`skbert.BertVectorizer` ("fit": the first 300 distinct
+        training texts); pickles keep the texts used.
     persist_weights : bool, default=True
         Whether pickles carry the encoder's weights (self-contained); read
         when pickling, so it may also be set after fit. False pickles a

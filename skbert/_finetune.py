@@ -33,7 +33,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from skbert import _loading, _lora, _training
+from skbert import _engines, _loading, _lora, _training
 from skbert._base import EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._docs import FINETUNER, shared
@@ -86,6 +86,9 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
+        "dtype": [StrOptions({*_loading.DTYPES, "int8"})],
+        "backend": [StrOptions(set(_engines.BACKENDS))],
+        "calibration": [None, StrOptions({"fit"}), list, tuple],
     }
 
     def __init__(
@@ -112,6 +115,8 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         random_state=None,
         device="auto",
         dtype="float32",
+        backend="torch",
+        calibration=None,
         persist_weights=True,
         revision=None,
         verbose=False,
@@ -137,6 +142,8 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
+        self.backend = backend
+        self.calibration = calibration
         self.persist_weights = persist_weights
         self.revision = revision
         self.verbose = verbose
@@ -149,12 +156,19 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         import torch
 
         _check_persist_weights(self.persist_weights, self.freeze)
+        if (self.backend != "torch" or self.dtype == "int8") and self.freeze != "all":
+            raise ValueError(
+                f"backend={self.backend!r} with dtype={self.dtype!r} runs a frozen encoder, and "
+                f"freeze={self.freeze!r} trains it: use freeze='all' with a CPU engine or int8, "
+                "or backend='torch' with a float dtype to train the encoder.")
         if self.freeze == "lora":
             _lora.check_peft()
         device = _loading.resolve_device(self.device)
-        _loading.check_dtype(self.dtype, device)
+        # The head of a CPU engine's features trains in float32: only torch computes in autocast.
+        head_dtype = self.dtype if self.backend == "torch" else "float32"
+        _loading.check_dtype(head_dtype, device)
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        vectorizer = self._fit_vectorizer()
+        vectorizer = self._fit_vectorizer(texts)
         base = vectorizer.model_  # LoRA trains adapters beside its weights, which stay as they are
         encoder = base if self.freeze in ("all", "lora") else copy.deepcopy(base).to(device)
         extraction = Extraction((vectorizer.layer,), "mean", self.pooling, True)
@@ -179,13 +193,13 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
             return _training.pooled(encoder, inputs, extraction)
 
         def batch_loss(head, rows):
-            with _training.autocast(device, self.dtype):
+            with _training.autocast(device, head_dtype):
                 outputs = head(head_input(rows).float())
             return loss(outputs.float(), targets[rows])
 
         def validation_score(head):
             encoder.eval()  # no dropout; the next epoch switches the training mode back on
-            with torch.no_grad(), _training.autocast(device, self.dtype):
+            with torch.no_grad(), _training.autocast(device, head_dtype):
                 valid_features = torch.cat([
                     head_input(valid[start:start + self.batch_size]).float()
                     for start in range(0, len(valid), self.batch_size)])
@@ -210,7 +224,7 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
                 network, self.max_epochs * -(-len(train) // self.batch_size),
                 learning_rate=self._learning_rate, head_learning_rate=self.head_learning_rate,
                 weight_decay=self.weight_decay, warmup_ratio=self.warmup_ratio, device=device,
-                dtype=self.dtype)
+                dtype=head_dtype)
             self.loss_curve_ = _training.train(
                 network, batch_loss, step, train,
                 lengths=None if windows is None else windows.lengths,
@@ -238,7 +252,7 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
             return self.learning_rate
         return 2e-3 if self.freeze == "lora" else 5e-5
 
-    def _fit_vectorizer(self):
+    def _fit_vectorizer(self, texts):
         """Fit the vectorizer that encodes for the head and the :class:`_Fitted` record of its
         model (the adapters come after training); return the vectorizer.
 
@@ -253,9 +267,9 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
             self.model, pooling=self.pooling, prompt="", max_length=self.max_length,
             truncation=self.truncation, batch_size=self.batch_size,
             device=self.device if shared else "cpu",
-            dtype=self.dtype if self.freeze == "all" else "float32",
-            cache=self.freeze == "all", revision=self.revision,
-        ).set_output(transform="default").fit()
+            dtype=self.dtype if self.freeze == "all" else "float32", backend=self.backend,
+            calibration=self.calibration, cache=self.freeze == "all", revision=self.revision,
+        ).set_output(transform="default").fit(texts if self.calibration == "fit" else None)
         self._vectorizer = vectorizer
         vectorizer.set_params(layer=self._checked_layer())
         self._fitted = _Fitted(self.freeze, vectorizer._reference())
@@ -312,8 +326,11 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         if "_fitted" in state:
             _check_persist_weights(self.persist_weights, self._fitted.freeze)
             if not self.persist_weights:  # the vectorizer unfitted: _fitted has the reference
+                # Its int8 calibration texts as they were (calibration="fit" read fit's texts).
+                calibration = self._vectorizer._engine.calibration
                 state["_vectorizer"] = clone(self._vectorizer).set_params(
-                    revision=self._fitted.reference["revision"])
+                    revision=self._fitted.reference["revision"],
+                    calibration=None if calibration is None else list(calibration))
             # Builtins, so that skops needs to trust no type beyond skbert's estimators.
             state["_fitted"] = dataclasses.asdict(self._fitted)
         return state
@@ -423,6 +440,8 @@ class BertClassifier(ClassifierMixin, _BaseFinetuner):
         random_state=None,
         device="auto",
         dtype="float32",
+        backend="torch",
+        calibration=None,
         persist_weights=True,
         revision=None,
         verbose=False,
@@ -435,7 +454,8 @@ class BertClassifier(ClassifierMixin, _BaseFinetuner):
             warmup_ratio=warmup_ratio, max_length=max_length, truncation=truncation,
             early_stopping=early_stopping, validation_fraction=validation_fraction,
             n_iter_no_change=n_iter_no_change, random_state=random_state, device=device,
-            dtype=dtype, persist_weights=persist_weights, revision=revision, verbose=verbose,
+            dtype=dtype, backend=backend, calibration=calibration,
+            persist_weights=persist_weights, revision=revision, verbose=verbose,
         )
         self.class_weight = class_weight
 

@@ -103,3 +103,24 @@ def test_a_light_pickle_of_an_unpickled_lora_fit_finds_the_base_again(tiny_model
     reloaded, size = light(full)
     assert size < 0.2 * len(pickle.dumps(clf))
     np.testing.assert_allclose(reloaded.predict_proba(X), expected, rtol=0, atol=1e-6)
+
+
+def test_a_frozen_head_reads_a_cpu_engines_int8_features(tiny_model_dir):
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    engine = {"backend": "openvino", "dtype": "int8", "calibration": "fit"}
+    clf = BertClassifier(tiny_model_dir, **FROZEN, **engine).fit(X, Y)
+    expected = BertVectorizer(tiny_model_dir, pooling="cls", **engine).fit(X).transform(X)
+    np.testing.assert_array_equal(clf.transform(X), expected)
+    assert clf.predict(X).shape == (len(X),)
+    light = pickle.loads(pickle.dumps(clf.set_params(persist_weights=False)))
+    np.testing.assert_array_equal(light.predict_proba(X), clf.predict_proba(X))
+
+
+@pytest.mark.parametrize("setting", [{"backend": "onnx"}, {"dtype": "int8"}])
+@pytest.mark.parametrize("freeze", [None, "lora", 1])
+def test_an_engine_that_cannot_train_is_refused_where_the_encoder_trains(tiny_model_dir,
+                                                                         setting, freeze):
+    with pytest.raises(ValueError, match=r"runs a frozen encoder, and freeze=.* trains it: use "
+                                         "freeze='all'"):
+        BertClassifier(tiny_model_dir, freeze=freeze, **setting).fit(X, Y)
