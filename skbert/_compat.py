@@ -9,7 +9,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 __all__ = ["HasMethods", "Interval", "StrOptions", "_fit_context", "autocast_enabled",
            "cached_model_file", "install_output_hooks", "linear_pointwise", "runs_hooks",
-           "tensor_version"]
+           "tensor_version", "with_children"]
 
 
 def install_output_hooks(model):
@@ -93,3 +93,20 @@ def cached_model_file(source, filename, revision):
 
         path = try_to_load_from_cache(source, filename, revision=revision)
         return path if isinstance(path, str) else None  # not a "known missing" marker
+
+
+def with_children(module, children):
+    """A shallow copy of ``module`` (its parameters, buffers and hooks shared) whose child
+    modules named in ``children`` are replaced, ``module`` left as it is; or None where
+    this torch keeps no ``_modules`` dict (callers then use ``module`` itself).
+
+    The copy needs a child dict of its own: ``setattr`` on it would write into the
+    dict it shares with ``module``.
+    """
+    import copy
+
+    if not isinstance(getattr(module, "_modules", None), dict):
+        return None
+    view = copy.copy(module)
+    view._modules = {**module._modules, **children}
+    return view

@@ -8,7 +8,6 @@ and results are written back in input order.
 """
 
 import collections.abc
-import copy
 import functools
 import itertools
 import threading
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skbert._compat import install_output_hooks
+from skbert._compat import install_output_hooks, with_children
 from skbert._features import EXCLUDED, compute_parts, layers_read
 
 
@@ -440,8 +439,6 @@ def shallow_view(model, n_layers):
     if n_layers >= len(layers):
         return model
     install_output_hooks(model)  # before the copy, which would otherwise install its own
-    view_owner = copy.copy(owner)
-    view_owner._modules = {**owner._modules, list_name: layers[:n_layers]}
-    view = copy.copy(model)
-    view._modules = {**model._modules, owner_name: view_owner}
-    return view
+    view_owner = with_children(owner, {list_name: layers[:n_layers]})
+    view = None if view_owner is None else with_children(model, {owner_name: view_owner})
+    return model if view is None else view

@@ -1,6 +1,5 @@
 """The torch engine's Linear layers on oneDNN, where the CPU has AVX-512 (skbert._engines)."""
 
-import copy
 import logging
 from types import SimpleNamespace
 
@@ -76,9 +75,8 @@ def onednn_linears(model):
         children = {name: convert(child) for name, child in module.named_children()}
         if all(children[name] is child for name, child in module.named_children()):
             return module
-        converted = copy.copy(module)  # shares the parameters, buffers and hooks
-        converted._modules = {**module._modules, **children}
-        return converted
+        converted = _compat.with_children(module, children)
+        return module if converted is None else converted  # None: the plain module
 
     _compat.install_output_hooks(model)  # before the copy, whose layers share the model's hooks
     return convert(model)

@@ -171,3 +171,30 @@ def test_roberta_windows_fit_its_positions(roberta_without_a_length_limit):
     assert BertWordVectorizer(directory).fit_transform([(words, 150)]).shape == (1, 32)
     classifier = BertClassifier(directory, max_epochs=1, batch_size=2, random_state=0)
     assert classifier.fit([long_text, "a dog"], [0, 1]).predict([long_text]).shape == (1,)
+
+
+def test_with_children_replaces_children_of_a_copy_only():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    view = _compat.with_children(model, {"1": torch.nn.Tanh()})
+    assert isinstance(view[1], torch.nn.Tanh) and isinstance(model[1], torch.nn.ReLU)
+    assert view[0] is model[0]  # shared, not copied
+
+
+def test_without_a_child_dict_the_model_runs_whole(tiny_model_dir, texts, monkeypatch):
+    from skbert._encoding import shallow_view
+
+    model = _private(tiny_model_dir)
+    assert shallow_view(model, 1) is not model
+    expected = BertVectorizer(tiny_model_dir, layer=1, cache=False).fit().transform(texts)
+
+    def no_child_dict(module, children):
+        return None
+
+    monkeypatch.setattr("skbert._encoding.with_children", no_child_dict)
+    monkeypatch.setattr(_compat, "with_children", no_child_dict)  # the oneDNN tree's too
+    assert shallow_view(model, 1) is model
+    np.testing.assert_allclose(
+        BertVectorizer(tiny_model_dir, layer=1, cache=False).fit().transform(texts), expected,
+        atol=1e-5)
