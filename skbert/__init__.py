@@ -11,6 +11,7 @@ import importlib.metadata
 from skbert._cache import clear_cache, set_cache_limit
 from skbert._finetune import BertClassifier, BertRegressor
 from skbert._search import PairSimilarity, SimilaritySearch
+from skbert._tuned import FineTunedVectorizer
 from skbert._vectorizer import BertVectorizer
 from skbert._word_vectorizer import BertWordVectorizer
 
@@ -24,6 +25,7 @@ __all__ = [
     "BertRegressor",
     "BertVectorizer",
     "BertWordVectorizer",
+    "FineTunedVectorizer",
     "PairSimilarity",
     "SimilaritySearch",
     "__version__",

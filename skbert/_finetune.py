@@ -64,7 +64,43 @@ def _check_persist_weights(persist_weights, freeze):
         )
 
 
-class _BaseFinetuner(EncoderMixin, BaseEstimator):
+class TunedPersistence:
+    """Pickles of an estimator that trained its encoder: its fitted :class:`BertVectorizer`
+    (``_vectorizer``, over the tuned weights) and the :class:`_Fitted` record (``_fitted``).
+
+    With ``persist_weights`` the vectorizer pickles the weights it runs;
+    without, the pickle keeps the vectorizer unfitted and the record, and
+    unpickling loads the base model again, checks it against the reference
+    and merges the adapters back in.
+    """
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())  # a copy: it may be the live __dict__
+        if "_fitted" in state:
+            _check_persist_weights(self.persist_weights, self._fitted.freeze)
+            if not self.persist_weights:  # the vectorizer unfitted: _fitted has the reference
+                # Its int8 calibration texts as they were (calibration="fit" read fit's texts).
+                calibration = self._vectorizer._engine.calibration
+                state["_vectorizer"] = clone(self._vectorizer).set_params(
+                    revision=self._fitted.reference["revision"],
+                    calibration=None if calibration is None else list(calibration))
+            # Builtins, so that skops needs to trust no type beyond skbert's estimators.
+            state["_fitted"] = dataclasses.asdict(self._fitted)
+        return state
+
+    def __setstate__(self, state):
+        fitted = state.get("_fitted")
+        if fitted is not None:
+            state["_fitted"] = fitted = _Fitted(**fitted)
+        super().__setstate__(state)
+        if fitted is not None and not self.persist_weights:  # find the base model again
+            vectorizer = self._vectorizer.fit()
+            vectorizer._check_reference(fitted.reference, type(self).__name__)
+            if fitted.lora_factors is not None:
+                vectorizer.model_ = _lora.merged(vectorizer.model_, fitted.lora_factors)
+
+
+class _BaseFinetuner(TunedPersistence, EncoderMixin, BaseEstimator):
     """Parameters, features and persistence shared by both estimators, around the training loop."""
 
     _parameter_constraints: dict = {
@@ -189,8 +225,8 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         def head_input(rows):
             if features is not None:
                 return features[rows]
-            inputs, _ = _model_inputs(self.tokenizer_, windows, rows, device)
-            return _training.pooled(encoder, inputs, extraction)
+            inputs, special = _model_inputs(self.tokenizer_, windows, rows, device)
+            return _training.pooled(encoder, inputs, special, extraction)
 
         def batch_loss(head, rows):
             with _training.autocast(device, head_dtype):
@@ -320,31 +356,6 @@ class _BaseFinetuner(EncoderMixin, BaseEstimator):
         accepted = f"use an index from {-n_states} to {n_states - 1} (0 is the embedding output)"
         (layer,) = self._checked_layers([self.layer], accepted, self.pooling)
         return layer
-
-    def __getstate__(self):
-        state = dict(super().__getstate__())  # a copy: it may be the live __dict__
-        if "_fitted" in state:
-            _check_persist_weights(self.persist_weights, self._fitted.freeze)
-            if not self.persist_weights:  # the vectorizer unfitted: _fitted has the reference
-                # Its int8 calibration texts as they were (calibration="fit" read fit's texts).
-                calibration = self._vectorizer._engine.calibration
-                state["_vectorizer"] = clone(self._vectorizer).set_params(
-                    revision=self._fitted.reference["revision"],
-                    calibration=None if calibration is None else list(calibration))
-            # Builtins, so that skops needs to trust no type beyond skbert's estimators.
-            state["_fitted"] = dataclasses.asdict(self._fitted)
-        return state
-
-    def __setstate__(self, state):
-        fitted = state.get("_fitted")
-        if fitted is not None:
-            state["_fitted"] = fitted = _Fitted(**fitted)
-        super().__setstate__(state)
-        if fitted is not None and not self.persist_weights:  # find the base model again
-            vectorizer = self._vectorizer.fit()
-            vectorizer._check_reference(fitted.reference, type(self).__name__)
-            if fitted.lora_factors is not None:
-                vectorizer.model_ = _lora.merged(vectorizer.model_, fitted.lora_factors)
 
 
 def _check_samples(texts, y, estimator):

@@ -4,12 +4,33 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, clone
+from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
 from skbert._index import INDEXES, top_k_blocked
 from skbert._validation import _items, _where, check_texts
 from skbert._words import check_words, frame_rows, reads_words
+
+
+def _fitted(vectorizer, texts):
+    """``vectorizer`` cloned and fitted on ``texts``, or itself where it is used fitted."""
+    return vectorizer if _prefit(vectorizer) else clone(vectorizer).fit(texts)
+
+
+def _prefit(vectorizer):
+    """Whether ``vectorizer`` is used as it is, fitted: it learns from other data than the
+    texts it encodes (a :class:`skbert.FineTunedVectorizer`, which says so with
+    ``_used_fitted``). Refuses one that is not fitted."""
+    if not getattr(vectorizer, "_used_fitted", False):
+        return False
+    try:
+        check_is_fitted(vectorizer)
+    except NotFittedError:
+        raise NotFittedError(
+            f"{type(vectorizer).__name__} learns from its own training data (pairs, labels), "
+            "not from the texts it encodes here: fit it first, then pass it fitted.") from None
+    return True
 
 
 def _unit_rows(vectors):
@@ -26,7 +47,9 @@ class SimilaritySearch(BaseEstimator):
     vectorizer : transformer or None, default=None
         Turns texts into vectors: a :class:`~skbert.BertVectorizer`, or any
         transformer or Pipeline fitted on the corpus (e.g. BertVectorizer
-        followed by ``PCA(whiten=True)``). It is cloned and fitted at ``fit``.
+        followed by ``PCA(whiten=True)``). It is cloned and fitted at ``fit``,
+        but for a fitted :class:`~skbert.FineTunedVectorizer`, which learned
+        from its own pairs or labels and is used as it is.
         None means ``fit`` and the queries take vectors (2-D arrays).
     query_vectorizer : transformer or None, default=None
         Turns query texts into vectors, for models that encode queries and
@@ -133,10 +156,13 @@ class SimilaritySearch(BaseEstimator):
             vectors = check_array(X, dtype=np.float32)
         else:
             X = check_texts(X)  # read once: the query vectorizer fits on it too
-            self.vectorizer_ = clone(self.vectorizer)
-            vectors = self.vectorizer_.fit_transform(X)
+            if _prefit(self.vectorizer):
+                self.vectorizer_, vectors = self.vectorizer, self.vectorizer.transform(X)
+            else:
+                self.vectorizer_ = clone(self.vectorizer)
+                vectors = self.vectorizer_.fit_transform(X)
             self.query_vectorizer_ = (None if self.query_vectorizer is None
-                                      else clone(self.query_vectorizer).fit(X))
+                                      else _fitted(self.query_vectorizer, X))
         unit = _unit_rows(vectors)
         self.n_samples_fit_, self._n_features = unit.shape
         if self.backend == "faiss":
@@ -288,7 +314,8 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
     ----------
     vectorizer : transformer
         Turns texts into vectors; cloned and fitted on every text of the pairs
-        at ``fit`` (so learned post-processing such as whitening fits on them).
+        at ``fit`` (so learned post-processing such as whitening fits on them),
+        but for a fitted :class:`skbert.FineTunedVectorizer`, used as it is.
         With a :class:`skbert.BertWordVectorizer` (or a Pipeline that starts
         with one), a row of ``X`` is a pair of word samples, ``((words1, i1),
         (words2, i2))`` or ``((text1, start1, end1), (text2, start2,
@@ -353,7 +380,7 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
         self : PairSimilarity
         """
         texts = list(dict.fromkeys(text for pair in self._pairs(X) for text in pair))
-        self.vectorizer_ = clone(self.vectorizer).fit(texts)
+        self.vectorizer_ = _fitted(self.vectorizer, texts)
         return self
 
     def predict(self, X):

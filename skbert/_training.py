@@ -94,21 +94,30 @@ def _head_dropout(config):
     return 0.1
 
 
-def pooled(encoder, inputs, extraction):
-    """The head's input for one batch of encoder ``inputs``, differentiable.
+def pooled(encoder, inputs, special_mask, extraction):
+    """The pooled vectors of one batch of encoder ``inputs`` for ``extraction``, differentiable.
 
     The training twin of encoding with :func:`skbert._encoding.forward_parts`
-    and :func:`skbert._features.assemble`, for one layer.
+    and :func:`skbert._features.assemble` (which pool the same tokens with the
+    same operations, tested equal): token vectors of the layers merged by the
+    extraction's combine, then pooled over the tokens that its mask keeps
+    (``special_mask`` as :func:`skbert._encoding.tokenize` makes it).
     """
     from skbert import pooling
+    from skbert._features import EXCLUDED
 
-    (layer,) = extraction.layers
     last = encoder.config.num_hidden_layers
-    outputs = encoder(**inputs, output_hidden_states=layer != last)
+    outputs = encoder(**inputs, output_hidden_states=set(extraction.layers) != {last})
     if extraction.pooling == "pooler":
-        return outputs.pooler_output
-    hidden = outputs.last_hidden_state if layer == last else outputs.hidden_states[layer]
-    return pooling.POOLINGS[extraction.pooling](hidden, inputs["attention_mask"])
+        return outputs.pooler_output.float()
+    merged = pooling.combine_layers(
+        [outputs.last_hidden_state if layer == last else outputs.hidden_states[layer]
+         for layer in extraction.layers], extraction.combine)
+    attended = inputs["attention_mask"].bool()
+    if extraction.pooling in ("cls", "last"):  # a position, whatever the mask
+        return pooling.POOLINGS[extraction.pooling](merged, attended)
+    mask = attended & ((special_mask != EXCLUDED) if extraction.special else (special_mask == 0))
+    return pooling.POOLINGS[extraction.pooling](merged, mask)
 
 
 def head_arrays(head):
@@ -173,13 +182,15 @@ def seeded(seed, device):
 
 
 def optimizer_step(network, n_steps, *, learning_rate, head_learning_rate, weight_decay,
-                   warmup_ratio, device, dtype):
+                   warmup_ratio, device, dtype, max_grad_norm=None):
     """A function that takes one AdamW step on a loss and returns the loss as a float.
 
     The encoder's trainable parameters and the head's have their own peak
     learning rates, which rise linearly from 0 over ``warmup_ratio`` of the
     ``n_steps`` steps and then fall linearly to 0 at the last one. float16 on
-    CUDA scales the loss, so that small gradients do not underflow.
+    CUDA scales the loss, so that small gradients do not underflow. With
+    ``max_grad_norm`` the gradients are clipped to that total norm first, as
+    transformers' Trainer does (its default: 1.0).
     """
     import torch
     from transformers import get_linear_schedule_with_warmup
@@ -196,9 +207,14 @@ def optimizer_step(network, n_steps, *, learning_rate, head_learning_rate, weigh
     scaler = torch.amp.GradScaler(device.type,
                                   enabled=dtype == "float16" and device.type == "cuda")
 
+    parameters = [p for group in groups for p in group["params"]]
+
     def step(loss):
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
+        if max_grad_norm is not None:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
         scaler.step(optimizer)
         scaler.update()
         scheduler.step()
@@ -276,7 +292,7 @@ class EarlyStopping:
 
 
 def train(network, batch_loss, step, rows, *, lengths, batch_size, max_epochs, rng,
-          early_stopping=None, verbose=False):
+          early_stopping=None, verbose=False, batches=None):
     """Train ``network`` for at most ``max_epochs`` passes over ``rows``.
 
     Parameters
@@ -303,6 +319,10 @@ def train(network, batch_loss, step, rows, *, lengths, batch_size, max_epochs, r
         says so; the network ends with the weights of the best epoch.
     verbose : bool or int
         Show a progress bar per epoch with the running loss.
+    batches : callable or None
+        ``batches(rows, rng)``: an epoch's batches, to draw them otherwise than
+        :func:`shuffled_batches` does (which ``lengths`` and ``batch_size``
+        are for).
 
     Returns
     -------
@@ -314,10 +334,11 @@ def train(network, batch_loss, step, rows, *, lengths, batch_size, max_epochs, r
     loss_curve = []
     for epoch in range(max_epochs):
         network.train()
-        batches = shuffled_batches(rows, lengths, batch_size, rng)
-        with progress_bar(verbose, total=len(batches), desc=f"epoch {epoch + 1}/{max_epochs}",
-                          unit="batch") as progress:
-            loss_curve.append(run_epoch(network.head, batches, batch_loss, step, progress))
+        epoch_batches = (shuffled_batches(rows, lengths, batch_size, rng) if batches is None
+                         else batches(rows, rng))
+        with progress_bar(verbose, total=len(epoch_batches),
+                          desc=f"epoch {epoch + 1}/{max_epochs}", unit="batch") as progress:
+            loss_curve.append(run_epoch(network.head, epoch_batches, batch_loss, step, progress))
             if early_stopping is None:
                 continue
             stop = early_stopping.should_stop(network)

@@ -6,10 +6,11 @@ import numbers
 import numpy as np
 
 
-def _items(X, expected="raw text documents"):
+def _items(X, expected="raw text documents", widths=(2,)):
     """``X`` as a list, with pandas and polars objects and arrays taken apart row by row; and
     the pandas index (None for other input), for error messages. ``expected`` names what the
-    caller takes, in the error for a polars LazyFrame."""
+    caller takes, in the error for a polars LazyFrame; a 2-D array (or DataFrame) may have
+    one column or one of ``widths``, its rows then tuples."""
     labels = X.index if hasattr(X, "iloc") else None
     if type(X).__module__.partition(".")[0] == "polars":  # known by name: never imported here
         if hasattr(X, "collect"):  # a LazyFrame: a query, not yet its rows
@@ -27,11 +28,13 @@ def _items(X, expected="raw text documents"):
     if isinstance(X, np.ndarray):
         if X.ndim == 2 and X.shape[1] == 1:
             X = X[:, 0]
-        elif X.ndim == 2 and X.shape[1] == 2:
+        elif X.ndim == 2 and X.shape[1] in widths:
             return [tuple(row) for row in X], labels
         elif X.ndim != 1:
+            shapes = " or ".join(f"(n, {width})" for width in widths)
+            tuples = "text pairs" if widths == (2,) else "text tuples"
             raise ValueError(
-                "Expected texts as a 1-D array or text pairs as an (n, 2) array, "
+                f"Expected texts as a 1-D array or {tuples} as an {shapes} array, "
                 f"got an array of shape {X.shape}."
             )
     return list(X), labels
@@ -68,6 +71,46 @@ def check_texts(X):
     -------
     texts : list of str or list of (str, str)
     """
+    return _checked_rows(X, (2,))
+
+
+def check_text_tuples(X, widths):
+    """Validate texts or tuples of texts (pairs, triplets), reading ``X`` once.
+
+    As :func:`check_texts`, with tuples of any length in ``widths``, all of
+    one length: a sequence of them, an array or a DataFrame with that many
+    columns.
+
+    Returns
+    -------
+    columns : list of lists of str
+        One list per position of the tuples (one list for single texts).
+    """
+    rows = _checked_rows(X, widths)
+    if not rows or isinstance(rows[0], str):
+        return [rows]
+    return [list(column) for column in zip(*rows)]
+
+
+def _checked_rows(X, widths):
+    """Texts, or text tuples of one of ``widths``, all of one length, checked."""
+    items, labels = _checked_items(X, widths)
+    if items and isinstance(items[0], (tuple, list)):
+        rows = [_check_tuple(item, index, labels, widths) for index, item in enumerate(items)]
+        lengths = [len(row) for row in rows]
+        if len(set(lengths)) > 1:
+            index = next(i for i, length in enumerate(lengths) if length != lengths[0])
+            raise ValueError(f"{_where('Item', index, labels)} has {lengths[index]} texts where "
+                             f"the first item has {lengths[0]}: every item must have as many.")
+        return rows
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            _check_text(item, _where("Text", index, labels))
+    return items
+
+
+def _checked_items(X, widths):
+    """:func:`_items` of ``X``, refusing a string, a set or a mapping first."""
     if isinstance(X, (str, bytes)):
         raise ValueError("Iterable over raw text documents expected, string object received.")
     unordered = (isinstance(X, collections.abc.Set)
@@ -78,17 +121,11 @@ def check_texts(X):
         raise ValueError(f"Iterable over raw text documents expected, {type(X).__name__} object "
                          f"received: {why}. Pass a list.")
     try:
-        items, labels = _items(X)
+        return _items(X, widths=widths)
     except TypeError:
         raise ValueError(
             f"Iterable over raw text documents expected, {type(X).__name__} object received."
         ) from None
-    if items and isinstance(items[0], (tuple, list)):
-        return [_check_pair(item, index, labels) for index, item in enumerate(items)]
-    for index, item in enumerate(items):
-        if not isinstance(item, str):
-            _check_text(item, _where("Text", index, labels))
-    return items
 
 
 def is_one_pass(X):
@@ -96,12 +133,17 @@ def is_one_pass(X):
     return isinstance(X, collections.abc.Iterator)
 
 
-def _check_pair(item, index, labels):
-    if not isinstance(item, (tuple, list)) or len(item) != 2:
-        raise ValueError(
-            f"{_where('Text pair', index, labels)} is {item!r}; every item must be a (text, text) "
-            "pair when the first one is."
-        )
-    for side, value in zip(("first", "second"), item):
-        _check_text(value, f"The {side} text of the {_where('pair', index, labels)}")
+_TUPLES = {2: "pair", 3: "triplet"}
+_SIDES = ("first", "second", "third")
+
+
+def _check_tuple(item, index, labels, widths):
+    if not isinstance(item, (tuple, list)) or len(item) not in widths:
+        what = "Text pair" if widths == (2,) else "Item"
+        names = " or ".join(f"({', '.join(['text'] * width)}) {_TUPLES[width]}"
+                            for width in widths)
+        raise ValueError(f"{_where(what, index, labels)} is {item!r}; every item must be a "
+                         f"{names} when the first one is.")
+    for side, value in zip(_SIDES, item):
+        _check_text(value, f"The {side} text of the {_where(_TUPLES[len(item)], index, labels)}")
     return tuple(item)

