@@ -54,13 +54,14 @@ class _Fitted:
     lora_factors: object = None  # freeze="lora": {module name: (A, B, scaling)}
 
 
-def _check_persist_weights(persist_weights, freeze):
-    """Refuse ``persist_weights=False`` for a fit with ``freeze`` that trains the base weights."""
-    if not persist_weights and freeze not in ("all", "lora"):
+def _check_persist_weights(persist_weights, freeze, kept=("all", "lora")):
+    """Refuse ``persist_weights=False`` for a fit with ``freeze`` that trains the base weights
+    (those of ``kept`` do not)."""
+    if not persist_weights and freeze not in kept:
         raise ValueError(
             f"persist_weights=False pickles a reference to the base model, which a fit with "
-            f"freeze={freeze!r} changes by training it: fit with freeze='all' or 'lora', or use "
-            "persist_weights=True."
+            f"freeze={freeze!r} changes by training it: fit with freeze="
+            f"{' or '.join(map(repr, kept))}, or use persist_weights=True."
         )
 
 
@@ -74,10 +75,12 @@ class TunedPersistence:
     and merges the adapters back in.
     """
 
+    _light = ("all", "lora")  # the freeze values whose fits may pickle light
+
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__
         if "_fitted" in state:
-            _check_persist_weights(self.persist_weights, self._fitted.freeze)
+            _check_persist_weights(self.persist_weights, self._fitted.freeze, self._light)
             if not self.persist_weights:  # the vectorizer unfitted: _fitted has the reference
                 # Its int8 calibration texts as they were (calibration="fit" read fit's texts).
                 calibration = self._vectorizer._engine.calibration

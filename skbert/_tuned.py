@@ -141,7 +141,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         is kept, and the encoder then runs again ``mini_batch_size`` texts at
         a time (with the dropout of the first pass) to take that gradient.
         The same loss and gradients as without it, in the memory of a
-        mini-batch, for about a third more time. None computes a batch's
+        mini-batch, at the cost of a second forward pass. None computes a batch's
         texts in forward passes of ``batch_size`` texts with one graph.
     learning_rate : float, default=2e-5
         Peak learning rate of AdamW. Adapters (``freeze="lora"``) start from
@@ -200,6 +200,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
     # SimilaritySearch and PairSimilarity use it fitted, as it is: it learns from pairs or
     # labels, not from the texts they encode.
     _used_fitted = True
+    _light = ("lora",)
 
     _parameter_constraints: dict = {
         "vectorizer": [BertVectorizer, None],
@@ -415,7 +416,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
             raise ValueError("freeze='all' trains nothing: a frozen encoder is the "
                              "BertVectorizer itself; use it directly, or freeze='lora', "
                              "'embeddings', an int or 'none' to fine-tune.")
-        _check_persist_weights(self.persist_weights, freeze)
+        _check_persist_weights(self.persist_weights, freeze, self._light)
         if template.truncation == "chunks":
             raise ValueError("FineTunedVectorizer trains on one window per text, and the "
                              "vectorizer has truncation='chunks': use 'head', 'tail' or "
