@@ -17,8 +17,10 @@ process, each side's training and scoring timed the same way:
   ``NO_DUPLICATES`` batch sampler.
 - ``curve``: SciFact test nDCG@10 for frozen, LoRA and full fine-tuning on
   the first 100, 300 and all 919 training pairs (drawn with a fixed seed).
-- ``trec``: TREC coarse labels, 100 and 500 training questions: ``"supcon"``
-  + LogisticRegression against logistic regression on the frozen features.
+- ``trec``: TREC coarse labels, 100 and 500 training questions:
+  ``"supcon"`` (5 epochs, batch 16) + LogisticRegression beside
+  ``skbert.probe.learning_curve``'s frozen, LoRA and full BertClassifier
+  rows, on the same samples.
 - ``speed``: one epoch of the STS-B recipe on each side, twice, alternating.
 - ``memory``: peak RSS growth of one fit of 512 SciFact pairs at batch 256,
   with ``mini_batch_size=32`` and without, each in a fresh process.
@@ -242,26 +244,29 @@ def part_curve(report):
 
 
 def part_trec(report):
+    """TREC coarse labels at 100 and 500 training questions: learning_curve's frozen, LoRA and
+    full BertClassifier rows, and "supcon" + logistic regression on the same samples."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
     from skbert.datasets import load_trec
+    from skbert.probe import learning_curve
 
     X, y = load_trec("train", return_X_y=True)
     X_test, y_test = load_trec("test", return_X_y=True)
-    rows = []
-    for n in (100, 500):
-        chosen = np.random.RandomState(SEED).permutation(len(X))[:n]
-        X_n, y_n = [X[i] for i in chosen], np.asarray(y)[chosen]
-        frozen = make_pipeline(vectorizer(), LogisticRegression(max_iter=2000)).fit(X_n, y_n)
-        setfit = make_pipeline(tuned("none", loss="supcon", epochs=3, batch_size=16,
-                                     rate=2e-5), LogisticRegression(max_iter=2000))
-        setfit, seconds = fit_timed(setfit, X_n, y_n)
-        rows.append({"n_labels": n, "frozen + logistic": frozen.score(X_test, y_test),
-                     "supcon + logistic": setfit.score(X_test, y_test),
-                     "supcon seconds": seconds})
-        print(json.dumps(rows[-1]), flush=True)
-    report["trec"] = rows
+    sizes = [100, 500]
+    curve = learning_curve(model_path(), X, y, X_test, y_test, sizes=sizes, random_state=SEED)
+    setfit = make_pipeline(tuned("none", loss="supcon", epochs=5, batch_size=16),
+                           LogisticRegression(max_iter=2000))
+    supcon = learning_curve(model_path(), X, y, X_test, y_test, sizes=sizes,
+                            estimators={"supcon + logistic regression": setfit},
+                            random_state=SEED)
+    # Joined as plain frames: their attrs (the fits' seconds) do not compare in pandas' join.
+    table = curve.copy()
+    table.attrs = {}
+    table[supcon.columns[0]] = supcon.iloc[:, 0]
+    print(table.to_string(), flush=True)
+    report["trec"] = json.loads(table.to_json(orient="index"))
 
 
 MEMORY = textwrap.dedent("""
@@ -288,12 +293,19 @@ MEMORY = textwrap.dedent("""
 """)
 
 
-def part_memory(report):
+def part_memory(report, settings=(32, None)):
+    """Peak RSS growth of the fit per ``mini_batch_size`` in ``settings``; a fit that the
+    kernel kills for memory is reported as such."""
     rows = {}
-    for mini in (None, 32):
+    for mini in settings:
         output = subprocess.run([sys.executable, "-c", MEMORY, str(Path(__file__).parent),
-                                 json.dumps(mini)], check=True, capture_output=True, text=True)
+                                 json.dumps(mini)], capture_output=True, text=True)
+        if output.returncode == -9:
+            rows[f"mini_batch_size={mini}"] = "killed (SIGKILL: out of memory)"
+            continue
+        output.check_returncode()
         rows[f"mini_batch_size={mini}"] = json.loads(output.stdout.strip().splitlines()[-1])
+        print(json.dumps(rows), flush=True)
     report["memory"] = {"batch_size": 256, "n_pairs": 512, **rows}
 
 
@@ -321,13 +333,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="+", choices=sorted(PARTS))
     parser.add_argument("--output", type=Path, help="also write the report as JSON here")
+    parser.add_argument("--mini-batch-sizes", nargs="+", default=["32", "none"],
+                        help="the memory part's settings of mini_batch_size")
     args = parser.parse_args()
     import torch
 
     report = {"cpu": cpu(), "torch_threads": torch.get_num_threads()}
     for part in args.parts:
         start = time.perf_counter()
-        PARTS[part](report)
+        if part == "memory":
+            part_memory(report, [None if size == "none" else int(size)
+                                 for size in args.mini_batch_sizes])
+        else:
+            PARTS[part](report)
         report[f"{part}_wall_seconds"] = time.perf_counter() - start
         print(json.dumps({part: report[part]}, indent=1), flush=True)
     if args.output:
