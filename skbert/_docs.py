@@ -5,6 +5,15 @@ As scipy's ``doccer`` does: a docstring names a shared part ``%(name)s`` and
 every parameter in full where it applies, written in one place.
 """
 
+# The adapters' parameters of every estimator with freeze="lora".
+LORA = """lora_rank : int, default=8
+        Rank r of each adapter (``freeze="lora"``): ``W + (alpha / r) B A``
+        with ``B`` of shape (out, r) and ``A`` (r, in).
+    lora_alpha : float, default=16
+        LoRA's scaling numerator alpha.
+    lora_dropout : float, default=0.1
+        Dropout on the adapters' input during training."""
+
 # BertClassifier and BertRegressor (skbert._finetune): the parameters up to and after the
 # classifier's class_weight, and the fitted attributes both have.
 FINETUNER = {
@@ -36,13 +45,7 @@ default="cls"
         estimators and unchanged, and ``model_`` holds the adapters merged
         into those projections, so that inference costs what the encoder
         alone costs.
-    lora_rank : int, default=8
-        Rank r of each adapter (``freeze="lora"``): ``W + (alpha / r) B A``
-        with ``B`` of shape (out, r) and ``A`` (r, in).
-    lora_alpha : float, default=16
-        LoRA's scaling numerator alpha.
-    lora_dropout : float, default=0.1
-        Dropout on the adapters' input during training.
+    """ + LORA + """
     max_epochs : int, default=3
         Passes over the training texts.
     learning_rate : float or "auto", default="auto"

@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from skbert import _engines, _loading, _lora, _losses, _training
 from skbert._compat import Interval, StrOptions, _fit_context
+from skbert._docs import LORA, shared
 from skbert._encoding import _model_inputs, tokenize
 from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._validation import check_text_tuples
@@ -61,6 +62,7 @@ def _distinct_batches(texts, rows, batch_size, rng):
     return batches
 
 
+@shared({"lora": LORA})
 class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                           BaseEstimator):
     """Fine-tune a BertVectorizer's encoder contrastively; transform with the tuned encoder.
@@ -122,12 +124,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         install 'skbert[peft]'``) on the attention's query and value
         projections of the unchanged, shared encoder, merged into them after
         training. "all" is refused: a frozen encoder is the vectorizer itself.
-    lora_rank : int, default=8
-        Rank of each adapter (``freeze="lora"``).
-    lora_alpha : float, default=16
-        LoRA's scaling numerator alpha.
-    lora_dropout : float, default=0.1
-        Dropout on the adapters' input during training.
+    %(lora)s
     epochs : int, default=1
         Passes over the training items.
     batch_size : int, default=32
@@ -331,20 +328,20 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
                     return _training.pooled(encoder, inputs, special, extraction)[:, :width]
 
             def batch_loss(head, batch):
-                distinct, position = np.unique(ids[batch], return_inverse=True)
+                members = ids[batch]  # (rows, texts per row)
+                distinct, position = np.unique(members, return_inverse=True)
                 order = np.argsort(-windows.lengths[distinct], kind="stable")  # pad less
                 rank = np.empty_like(order)
                 rank[order] = np.arange(len(order))
                 size = self.mini_batch_size or self.batch_size
                 chunks = [distinct[order[start:start + size]]
                           for start in range(0, len(order), size)]
-                where = rank[position.reshape(ids[batch].shape)]
+                where = rank[position.reshape(members.shape)]  # each text's embedding row
                 batch_targets = None if targets is None else targets[batch]
 
                 def loss_of(embeddings):
-                    return _losses.LOSSES[loss](
-                        [embeddings[where[:, k]] for k in range(where.shape[1])],
-                        batch_targets, scale)
+                    return _losses.LOSSES[loss](list(embeddings[where].unbind(1)),
+                                                batch_targets, scale)
 
                 if self.mini_batch_size is not None:
                     return _losses.cached(embed, chunks, loss_of, device)
