@@ -13,6 +13,7 @@ from skbert._finetune import BertClassifier, BertRegressor
 from skbert._search import PairSimilarity, SimilaritySearch
 from skbert._tuned import FineTunedVectorizer
 from skbert._vectorizer import BertVectorizer
+from skbert._word_classifier import BertWordClassifier
 from skbert._word_vectorizer import BertWordVectorizer
 
 try:  # the installed distribution's version: one number, in pyproject.toml
@@ -24,6 +25,7 @@ __all__ = [
     "BertClassifier",
     "BertRegressor",
     "BertVectorizer",
+    "BertWordClassifier",
     "BertWordVectorizer",
     "FineTunedVectorizer",
     "PairSimilarity",

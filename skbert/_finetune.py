@@ -28,7 +28,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.model_selection import train_test_split
-from sklearn.utils import check_array, check_consistent_length, check_random_state
+from sklearn.utils import check_array, check_random_state
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
@@ -102,8 +102,112 @@ class TunedPersistence:
             if fitted.lora_factors is not None:
                 vectorizer.model_ = _lora.merged(vectorizer.model_, fitted.lora_factors)
 
+    def _running(self):
+        """The fitted vectorizer as a shallow copy with ``device`` and ``batch_size`` as they
+        are now: where and in what batches inference runs, which changes nothing fitted."""
+        check_is_fitted(self)
+        vectorizer = object.__new__(type(self._vectorizer))
+        vectorizer.__dict__.update(self._vectorizer.__dict__)
+        return vectorizer.set_params(device=self.device, batch_size=self.batch_size)
 
-class _BaseFinetuner(TunedPersistence, EncoderMixin, BaseEstimator):
+
+class LinearHead:
+    """The linear head over :meth:`transform`'s features (``coef_``, ``intercept_``)."""
+
+    def _linear_outputs(self, X):
+        return self.transform(X).astype(np.float64) @ self.coef_.T + self.intercept_
+
+
+class LinearHeadClassifier(ClassifierMixin, LinearHead):
+    """A classifier whose scores are its linear head's: BertClassifier, BertWordClassifier.
+
+    ``X`` below is what the estimator's ``fit`` takes: texts (or pairs) for
+    BertClassifier, word samples for BertWordClassifier.
+    """
+
+    _reads_words = False  # its samples are texts (skbert._words.reads_words)
+
+    def _class_targets(self, X, y, device):
+        """Set ``classes_``; return the class of each sample of ``X`` (as indices into
+        ``classes_``) and ``class_weight``'s weights as a tensor on ``device`` (or None)."""
+        import torch
+
+        name = type(self).__name__
+        y = column_or_1d(y, warn=True)
+        _check_samples(X, y, name, "word samples" if self._reads_words else "texts")
+        check_classification_targets(y)
+        self.classes_, encoded = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(
+                f"{name} needs samples of at least 2 classes in the data, but the data "
+                f"contains only one class: {self.classes_.tolist()[0]!r}."
+            )
+        if self.class_weight is None:
+            return encoded, None
+        weights = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
+        return encoded, torch.as_tensor(weights, dtype=torch.float32, device=device)
+
+    def _set_head(self, weight, bias):
+        """``coef_`` and ``intercept_`` from the trained head's arrays: for two classes one
+        decision, for ``classes_[1]``, as in LogisticRegression."""
+        if len(self.classes_) == 2:
+            weight, bias = weight[1:] - weight[:1], bias[1:] - bias[:1]
+        self.coef_, self.intercept_ = weight, bias
+
+    def decision_function(self, X):
+        """Scores of the linear head (logits).
+
+        Parameters
+        ----------
+        X : samples as ``fit`` takes them
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            For two classes, the score of ``classes_[1]`` (positive means
+            ``classes_[1]``); otherwise one column per class of ``classes_``.
+        """
+        scores = self._linear_outputs(X)
+        return scores[:, 0] if len(self.classes_) == 2 else scores
+
+    def predict_proba(self, X):
+        """Class probabilities (softmax of the head's scores).
+
+        Parameters
+        ----------
+        X : samples as ``fit`` takes them
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            One column per class, in the order of ``classes_``; rows sum to 1.
+        """
+        from scipy.special import expit, softmax
+
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            positive = expit(scores)
+            return np.column_stack([1 - positive, positive])
+        return softmax(scores, axis=1)
+
+    def predict(self, X):
+        """The most probable class of each sample.
+
+        Parameters
+        ----------
+        X : samples as ``fit`` takes them
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
+        scores = self.decision_function(X)
+        best = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
+        return self.classes_[best]
+
+
+class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
     """Parameters, features and persistence shared by both estimators, around the training loop."""
 
     _parameter_constraints: dict = {
@@ -343,14 +447,7 @@ class _BaseFinetuner(TunedPersistence, EncoderMixin, BaseEstimator):
         X_new : ndarray of shape (n_texts, n_features), float32
             One row per text, in input order.
         """
-        check_is_fitted(self)
-        # A shallow copy with device and batch_size as they are now: inference changes nothing.
-        vectorizer = object.__new__(BertVectorizer)
-        vectorizer.__dict__.update(self._vectorizer.__dict__)
-        return vectorizer.set_params(device=self.device, batch_size=self.batch_size).transform(X)
-
-    def _linear_outputs(self, X):
-        return self.transform(X).astype(np.float64) @ self.coef_.T + self.intercept_
+        return self._running().transform(X)
 
     def _checked_layer(self):
         """``layer`` as a non-negative index into the hidden states, checked against the model
@@ -361,14 +458,16 @@ class _BaseFinetuner(TunedPersistence, EncoderMixin, BaseEstimator):
         return layer
 
 
-def _check_samples(texts, y, estimator):
-    check_consistent_length(texts, y)
-    if not texts:
-        raise ValueError(f"Found 0 texts while a minimum of 1 is required by {estimator}.")
+def _check_samples(X, y, estimator, what="texts"):
+    if y is not None and len(X) != len(y):
+        raise ValueError(f"{estimator} got {len(X)} {what} and {len(y)} labels: give one "
+                         "label per sample.")
+    if not X:
+        raise ValueError(f"Found 0 {what} while a minimum of 1 is required by {estimator}.")
 
 
 @shared(FINETUNER)
-class BertClassifier(ClassifierMixin, _BaseFinetuner):
+class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
     """Fine-tune a BERT-family encoder with a linear classification head.
 
     A linear head (dropout, then one linear layer) reads one pooled vector per
@@ -492,85 +591,17 @@ class BertClassifier(ClassifierMixin, _BaseFinetuner):
         import torch
 
         texts = check_texts(X)
-        y = column_or_1d(y, warn=True)
-        _check_samples(texts, y, "BertClassifier")
-        check_classification_targets(y)
-        self.classes_, encoded = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ValueError(
-                "BertClassifier needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {self.classes_.tolist()[0]!r}."
-            )
-        weights = None
-        if self.class_weight is not None:
-            weights = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
-            weights = torch.as_tensor(weights, dtype=torch.float32,
-                                      device=_loading.resolve_device(self.device))
+        encoded, weights = self._class_targets(texts, y, _loading.resolve_device(self.device))
 
         def loss(outputs, targets):
             return torch.nn.functional.cross_entropy(outputs, targets[:, 0], weight=weights)
 
-        weight, bias = self._fit(texts, encoded[:, None], len(self.classes_), loss,
-                                 stratify=encoded)
-        if len(self.classes_) == 2:  # one decision, for classes_[1], as in LogisticRegression
-            weight, bias = weight[1:] - weight[:1], bias[1:] - bias[:1]
-        self.coef_, self.intercept_ = weight, bias
+        self._set_head(*self._fit(texts, encoded[:, None], len(self.classes_), loss,
+                                  stratify=encoded))
         return self
 
     def _score_outputs(self, outputs, targets):
         return accuracy_score(targets[:, 0], outputs.argmax(axis=1))
-
-    def decision_function(self, X):
-        """Scores of the linear head (logits).
-
-        Parameters
-        ----------
-        X : iterable of str, or of (str, str) pairs
-
-        Returns
-        -------
-        scores : ndarray of shape (n_texts,) or (n_texts, n_classes)
-            For two classes, the score of ``classes_[1]`` (positive means
-            ``classes_[1]``); otherwise one column per class of ``classes_``.
-        """
-        scores = self._linear_outputs(X)
-        return scores[:, 0] if len(self.classes_) == 2 else scores
-
-    def predict_proba(self, X):
-        """Class probabilities (softmax of the head's scores).
-
-        Parameters
-        ----------
-        X : iterable of str, or of (str, str) pairs
-
-        Returns
-        -------
-        proba : ndarray of shape (n_texts, n_classes)
-            One column per class, in the order of ``classes_``; rows sum to 1.
-        """
-        from scipy.special import expit, softmax
-
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            positive = expit(scores)
-            return np.column_stack([1 - positive, positive])
-        return softmax(scores, axis=1)
-
-    def predict(self, X):
-        """The most probable class of each text.
-
-        Parameters
-        ----------
-        X : iterable of str, or of (str, str) pairs
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_texts,)
-            Labels from ``classes_``.
-        """
-        scores = self.decision_function(X)
-        best = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
-        return self.classes_[best]
 
 
 @shared(FINETUNER)

@@ -1,14 +1,16 @@
-"""The fine-tuning loop of :class:`skbert.BertClassifier` and :class:`skbert.BertRegressor`.
+"""The fine-tuning loop of skbert's estimators that train their encoder.
 
 A linear head (dropout, then one linear layer) reads one pooled vector per
-text (:func:`pooled`). ``freeze`` names the parts of the encoder that do not
-train (:func:`frozen_modules`). :func:`train` runs epochs of shuffled batches
-through the encoder and the head, one AdamW step per batch on a linear warm-up
-and decay schedule (:func:`optimizer_step`); with early stopping it scores the
-head on held-out rows after each epoch and returns to the weights of the best
-epoch (:class:`EarlyStopping`). The loop knows nothing of texts or estimators:
-the caller gives it the loss of a batch of rows and the score of the head on
-the held-out rows.
+text (:func:`pooled`), or per word from the token vectors of its sentence
+(:func:`token_states`, pooled as :mod:`skbert._words` pools). ``freeze``
+names the parts of the encoder that do not train (:func:`frozen_modules`).
+:func:`train` runs epochs of shuffled batches through the encoder and the
+head, one AdamW step per batch on a linear warm-up and decay schedule
+(:func:`optimizer_step`); with early stopping it scores the head on held-out
+rows after each epoch and returns to the weights of the best epoch
+(:class:`EarlyStopping`). The loop knows nothing of texts or estimators: the
+caller gives it the loss of a batch of rows and the score of the head on the
+held-out rows.
 """
 
 import contextlib
@@ -94,25 +96,34 @@ def _head_dropout(config):
     return 0.1
 
 
+def token_states(encoder, inputs, layers, combine):
+    """Run ``encoder`` on ``inputs``: its outputs, and the token vectors of the hidden-state
+    ``layers`` merged by ``combine`` (batch, tokens, width), differentiable."""
+    from skbert import pooling
+
+    last = encoder.config.num_hidden_layers
+    outputs = encoder(**inputs, output_hidden_states=set(layers) != {last})
+    return outputs, pooling.combine_layers(
+        [outputs.last_hidden_state if layer == last else outputs.hidden_states[layer]
+         for layer in layers], combine)
+
+
 def pooled(encoder, inputs, special_mask, extraction):
     """The pooled vectors of one batch of encoder ``inputs`` for ``extraction``, differentiable.
 
     The training twin of encoding with :func:`skbert._encoding.forward_parts`
     and :func:`skbert._features.assemble` (which pool the same tokens with the
     same operations, tested equal): token vectors of the layers merged by the
-    extraction's combine, then pooled over the tokens that its mask keeps
-    (``special_mask`` as :func:`skbert._encoding.tokenize` makes it).
+    extraction's combine (:func:`token_states`), then pooled over the tokens
+    that its mask keeps (``special_mask`` as :func:`skbert._encoding.tokenize`
+    makes it).
     """
     from skbert import pooling
     from skbert._features import EXCLUDED
 
-    last = encoder.config.num_hidden_layers
-    outputs = encoder(**inputs, output_hidden_states=set(extraction.layers) != {last})
+    outputs, merged = token_states(encoder, inputs, extraction.layers, extraction.combine)
     if extraction.pooling == "pooler":
         return outputs.pooler_output.float()
-    merged = pooling.combine_layers(
-        [outputs.last_hidden_state if layer == last else outputs.hidden_states[layer]
-         for layer in extraction.layers], extraction.combine)
     attended = inputs["attention_mask"].bool()
     if extraction.pooling in ("cls", "last"):  # a position, whatever the mask
         return pooling.POOLINGS[extraction.pooling](merged, attended)

