@@ -255,26 +255,71 @@ def _strategies(model, n_labels, random_state):
     }
 
 
-def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None, scoring=None,
-                   random_state=0, verbose=False):
+def _word_strategies(model, random_state):
+    """:func:`learning_curve`'s default estimators for word samples."""
+    from sklearn.model_selection import GridSearchCV, GroupKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from skbert import BertWordClassifier, BertWordVectorizer
+
+    frozen = make_pipeline(BertWordVectorizer(model, subword_pooling="first"),
+                           StandardScaler(), _OneThreadLogisticRegression(max_iter=2000))
+    n_layers = BertWordVectorizer(model).fit().n_layers_
+    return {
+        "frozen best layer + logistic regression": GridSearchCV(
+            frozen, {"bertwordvectorizer__layer": list(range(n_layers))}, cv=GroupKFold(3)),
+        "LoRA": BertWordClassifier(model, freeze="lora", random_state=random_state),
+        "full fine-tuning": BertWordClassifier(model, random_state=random_state),
+    }
+
+
+def _train_sets(X, y, counts, groups, random_state):
+    """The training set of each size in ``counts``: a stratified sample of that many texts,
+    or with ``groups`` (word samples) the words of that many sentences drawn at random (a
+    size's sentences include the smaller sizes'); the groups of its samples, or None."""
+    from sklearn.model_selection import train_test_split
+
+    if groups is None:
+        for n in counts:
+            yield n, *((X, y) if n == len(X) else train_test_split(
+                X, y, train_size=n, stratify=y, random_state=random_state)[::2]), None
+        return
+    order = np.random.RandomState(random_state).permutation(np.unique(groups))
+    for n in counts:
+        rows = np.flatnonzero(np.isin(groups, order[:n]))
+        yield n, [X[row] for row in rows], y[rows], groups[rows]
+
+
+def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, groups=None, estimators=None,
+                   scoring=None, random_state=0, verbose=False):
     """Held-out scores of frozen features, LoRA and full fine-tuning as labels grow.
 
     For each training size n, a stratified sample of n labelled texts of
     ``(X, y)`` trains every estimator, which is then scored on ``(X_test,
     y_test)``. Where the curves cross is where fine-tuning starts to pay off on
-    this data.
+    this data. With word samples and their ``groups`` (the sentence of each
+    word), sizes count sentences: n sentences drawn at random, every
+    labelled word of each.
 
     Parameters
     ----------
     model : str or path-like
         The encoder of the default estimators (see ``estimators``).
-    X, y : iterable of str, array-like of labels
-        The labelled texts the training sets are drawn from.
-    X_test, y_test : iterable of str, array-like of labels
-        Held-out texts and labels that score every fit.
+    X, y : iterable of str, or of word samples, array-like of labels
+        The labelled texts the training sets are drawn from, or words in
+        context (the samples of :class:`skbert.BertWordVectorizer`) with
+        ``groups``.
+    X_test, y_test : iterable of str, or of word samples, array-like of labels
+        Held-out texts (or words) and labels that score every fit.
     sizes : sequence of int or None, default=(32, 64, 128, 256, 512, 1024, None)
-        Training-set sizes; None (or a size of at least ``len(X)``) is every
-        text of ``X``.
+        Training-set sizes: texts, or sentences with ``groups``; None (or a
+        size of at least the number of texts or sentences) is all of them.
+    groups : array-like of shape (n_samples,) or None, default=None
+        The sentence of each word sample of ``X`` (``load_ud_pos(...).groups``);
+        given, ``X`` holds word samples and whole sentences are drawn. An
+        estimator whose ``fit`` takes ``groups`` gets those of its training
+        words, as does a search (``GridSearchCV``, for a ``GroupKFold``).
     estimators : dict of str to estimator, or None, default=None
         What to compare, by name, cloned for every fit and used as they are
         (with the threads the process has). None compares three strategies
@@ -285,10 +330,18 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None,
         (:class:`skbert.BertClassifier` with ``freeze="lora"``, mean pooling,
         its learning rate 2e-3) and "full fine-tuning" (``BertClassifier``,
         5e-5). The fine-tuning ones run about 150 optimization steps of 16
-        texts or more: 40 epochs for 32 labels, 3 from 800 labels on.
+        texts or more: 40 epochs for 32 labels, 3 from 800 labels on. For
+        word samples: "frozen best layer + logistic regression" (first-subword
+        :class:`skbert.BertWordVectorizer` features of the layer that
+        scores best in a 3-fold ``GroupKFold`` of the training sentences,
+        each sentence encoded once for all layers), "LoRA" and "full
+        fine-tuning" (:class:`skbert.BertWordClassifier` with its "auto"
+        epochs and learning rates).
     scoring : str, callable or None, default=None
         A scikit-learn scorer; None uses each estimator's ``score``
-        (accuracy for classifiers).
+        (accuracy for classifiers), and "accuracy" for word samples, which
+        counts a test label that a small training set lacks as an error
+        (``BertWordClassifier.score`` refuses such labels).
     random_state : int, default=0
         Seeds the sampling of the training sets and the default estimators.
     verbose : bool, default=False
@@ -297,9 +350,11 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None,
     Returns
     -------
     curve : pandas.DataFrame
-        One row per size (index "n_labels"), one column per estimator, held-out
-        scores. ``curve.attrs["fit_seconds"]`` holds each fit's seconds in the
-        same shape, ``curve.attrs["scoring"]`` the scoring.
+        One row per size (index "n_labels", or "n_sentences" for words), one
+        column per estimator, held-out scores. ``curve.attrs["fit_seconds"]``
+        holds each fit's seconds in the same shape, ``curve.attrs["scoring"]``
+        the scoring, and for words ``curve.attrs["n_words"]`` the labelled
+        words of each size.
 
     See Also
     --------
@@ -309,31 +364,52 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, estimators=None,
 
     import pandas as pd
     from sklearn.metrics import check_scoring
-    from sklearn.model_selection import train_test_split
+    from sklearn.model_selection import GridSearchCV, RandomizedSearchCV
+    from sklearn.utils.validation import has_fit_parameter
 
     from skbert._progress import progress_bar
     from skbert._validation import check_texts
 
-    texts, test_texts = check_texts(X), check_texts(X_test)
+    words = groups is not None
+    check = _words.check_words if words else check_texts
+    samples, test_samples = check(X), check(X_test)
     y, y_test = np.asarray(y, dtype=object), np.asarray(y_test, dtype=object)
-    counts = sorted({len(texts) if n is None or n >= len(texts) else int(n) for n in sizes})
-    names = list(estimators or _strategies(model, counts[0], random_state))
-    scores = pd.DataFrame(np.nan, index=pd.Index(counts, name="n_labels"), columns=names)
-    seconds = scores.copy()
-    cells = [(n, name) for n in counts for name in names]
-    for n, name in progress_bar(verbose, iterable=cells, desc="learning_curve"):
-        if n < len(texts):
-            train, _, y_train, _ = train_test_split(texts, y, train_size=n, stratify=y,
-                                                    random_state=random_state)
-        else:
-            train, y_train = texts, y
-        estimator = clone(estimators[name]) if estimators else \
-            _strategies(model, n, random_state)[name]
-        start = time.perf_counter()
-        estimator.fit(train, y_train)
-        seconds.loc[n, name] = time.perf_counter() - start
-        scores.loc[n, name] = check_scoring(estimator, scoring)(estimator, test_texts, y_test)
+    if words:
+        groups = np.asarray(groups)
+        if len(groups) != len(samples):
+            raise ValueError(f"groups has {len(groups)} values for the {len(samples)} word "
+                             "samples of X: give the sentence of each.")
+        scoring = "accuracy" if scoring is None else scoring
+    total = len(np.unique(groups)) if words else len(samples)
+    counts = sorted({total if n is None or n >= total else int(n) for n in sizes})
+
+    def strategies(n):
+        if estimators is not None:
+            return {name: clone(estimator) for name, estimator in estimators.items()}
+        return _word_strategies(model, random_state) if words else \
+            _strategies(model, n, random_state)
+
+    names = list(estimators or strategies(counts[0]))
+    index = pd.Index(counts, name="n_sentences" if words else "n_labels")
+    scores = pd.DataFrame(np.nan, index=index, columns=names)
+    seconds, n_words = scores.copy(), pd.Series(0, index=index, name="n_words")
+    train_sets = _train_sets(samples, y, counts, groups, random_state)
+    with progress_bar(verbose, total=len(counts) * len(names), desc="learning_curve") as bar:
+        for n, train, y_train, train_groups in train_sets:
+            n_words[n] = len(train)
+            for name, estimator in strategies(n).items():
+                searches = isinstance(estimator, (GridSearchCV, RandomizedSearchCV))
+                extra = {"groups": train_groups} if words and (
+                    searches or has_fit_parameter(estimator, "groups")) else {}
+                start = time.perf_counter()
+                estimator.fit(train, y_train, **extra)
+                seconds.loc[n, name] = time.perf_counter() - start
+                scores.loc[n, name] = check_scoring(estimator, scoring)(estimator, test_samples,
+                                                                        y_test)
+                bar.update(1)
     scores.attrs.update(fit_seconds=seconds, scoring=scoring)
+    if words:
+        scores.attrs["n_words"] = n_words
     return scores
 
 

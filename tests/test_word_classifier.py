@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 from sklearn import clone
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV
 from sklearn.utils import estimator_checks
@@ -310,3 +311,61 @@ def test_grid_search_over_freeze(tiny_model_dir, data):
                           {"freeze": ["none", "all"]}, cv=2).fit(X, y)
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
     assert search.predict(X).shape == (len(X),)
+
+
+# --- the learning curve over sentences ---------------------------------------------------------
+
+FITS = []
+
+
+class _Recorder(ClassifierMixin, BaseEstimator):
+    """Keeps what fit got (the words and their groups) in FITS; predicts the commonest label."""
+
+    def fit(self, X, y, groups=None):
+        FITS.append((list(X), None if groups is None else list(groups)))
+        self.classes_, counts = np.unique(y, return_counts=True)
+        self.label_ = self.classes_[counts.argmax()]
+        return self
+
+    def predict(self, X):
+        return np.full(len(X), self.label_, dtype=object)
+
+
+def test_learning_curve_draws_whole_sentences(tiny_model_dir):
+    from skbert.probe import learning_curve
+
+    X, y = word_samples()
+    groups = np.repeat(np.arange(len(SENTENCES)), [len(words) for words in SENTENCES])
+    test_X, test_y = word_samples(SENTENCES[:4])
+    FITS.clear()
+    curve = learning_curve(tiny_model_dir, X, y, test_X, test_y, sizes=[3, 6, None],
+                           groups=groups, estimators={"recorder": _Recorder()})
+    fits = list(FITS)
+    assert list(curve.index) == [3, 6, 10] and curve.index.name == "n_sentences"
+    assert curve.attrs["scoring"] == "accuracy"
+    previous = set()
+    for (words, its_groups), n in zip(fits, [3, 6, 10]):
+        sentences = set(its_groups)
+        assert len(sentences) == n and previous <= sentences  # nested draws
+        # Every word of each drawn sentence, with its own group.
+        assert words == [X[row] for row in np.flatnonzero(np.isin(groups, list(sentences)))]
+        assert its_groups == [groups[X.index(sample)] for sample in words]
+        previous = sentences
+    assert curve.attrs["n_words"].tolist() == [len(words) for words, _ in fits]
+
+
+def test_learning_curve_default_word_strategies(tiny_model_dir):
+    from sklearn.metrics import accuracy_score
+
+    from skbert.probe import learning_curve
+
+    X, y = word_samples()
+    groups = np.repeat(np.arange(len(SENTENCES)), [len(words) for words in SENTENCES])
+    test_X, test_y = word_samples(SENTENCES[:4])
+    curve = learning_curve(tiny_model_dir, X, y, test_X, test_y, sizes=[None], groups=groups)
+    assert list(curve.columns) == ["frozen best layer + logistic regression", "LoRA",
+                                   "full fine-tuning"]
+    full = BertWordClassifier(tiny_model_dir, random_state=0).fit(X, y)
+    assert curve.loc[10, "full fine-tuning"] == accuracy_score(test_y, full.predict(test_X))
+    with pytest.raises(ValueError, match="groups has 3 values for the 51 word samples"):
+        learning_curve(tiny_model_dir, X, y, test_X, test_y, groups=[0, 1, 2])
