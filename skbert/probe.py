@@ -434,7 +434,8 @@ def plot_learning_curve(curve, ax=None):
         ax.plot(curve.index, curve[name], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(curve.index), [str(n) for n in curve.index])
-    ax.set_xlabel("labelled training texts")
+    ax.set_xlabel("labelled training sentences" if curve.index.name == "n_sentences"
+                  else "labelled training texts")
     ax.set_ylabel(f"held-out {curve.attrs.get('scoring') or 'score'}")
     ax.grid(True, alpha=0.3)
     ax.legend()
