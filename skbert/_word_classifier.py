@@ -396,6 +396,9 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         ValueError
             If ``y`` holds labels the fit did not see: they could never be
             predicted, and the accuracy would count them silently as errors.
+            A cross-validation whose training folds may lack a rare label
+            scores with ``scoring="accuracy"``, which counts them as errors
+            (:func:`skbert.probe.learning_curve` does so for words).
         """
         check_is_fitted(self)
         y = column_or_1d(y, warn=True)
