@@ -23,7 +23,10 @@ training sets so that each fit takes at least 300 steps, at 1e-4 (LoRA
 words) and scored on the bundled test sample (7,275 words). It prints the
 accuracies and fit times and saves the curves to ``words_finetune.png`` in
 ``--output-dir`` (default ``examples/output/``). ``--label deprel`` tags
-dependency relations instead, where the gap between layers is wider.
+dependency relations instead, where the gap between layers is wider. Each
+fine-tuning fit runs at least 300 steps: ``--sizes 25`` took 4.1 minutes on
+a 2-core CPU (UPOS: frozen 0.815, LoRA 0.831, full 0.839), so the default
+three sizes take several times that.
 
 In your own project, let cross-validation choose, whole sentences per fold::
 
