@@ -262,9 +262,9 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         # The rows of training are windows (sentences), each with the samples it holds.
         alignment = _words.align(self.tokenizer_, samples, vectorizer._window_length(),
                                  vectorizer if freeze == "all" else None)
-        window, n_rows = alignment.window, len(alignment.windows)
-        by_row = np.argsort(window, kind="stable")
-        bounds = np.searchsorted(window[by_row], np.arange(n_rows + 1))
+        n_rows = len(alignment.windows)
+        by_row = np.argsort(alignment.window, kind="stable")
+        bounds = np.searchsorted(alignment.window[by_row], np.arange(n_rows + 1))
         if freeze == "all":  # encoded once, through the vectorizer's engine and cache
             features = torch.from_numpy(vectorizer.transform(samples)).to(device)
         else:
@@ -279,11 +279,9 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
                 return features[targets], targets
             inputs, _ = _model_inputs(self.tokenizer_, alignment.windows, rows, device)
             _, merged = _training.token_states(encoder, inputs, layers, self.layer_combine)
-            position = np.empty(n_rows, dtype=np.int64)
-            position[rows] = np.arange(len(rows))  # each window's row in the batch
+            owner = np.repeat(np.arange(len(rows)), bounds[rows + 1] - bounds[rows])
             subwords, starts, counts = _words.subword_rows(
-                np.full(len(rows), merged.shape[1]), position[window[targets]],
-                alignment.spans[targets])
+                np.full(len(rows), merged.shape[1]), owner, alignment.spans[targets])
             tokens = merged.reshape(-1, merged.shape[2])[torch.from_numpy(subwords).to(device)]
             return _words.pool_subwords(tokens, starts, counts, self.subword_pooling), targets
 

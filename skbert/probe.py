@@ -382,14 +382,15 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, groups=None, est
         scoring = "accuracy" if scoring is None else scoring
     total = len(np.unique(groups)) if words else len(samples)
     counts = sorted({total if n is None or n >= total else int(n) for n in sizes})
+    fixed = estimators if estimators is not None else \
+        _word_strategies(model, random_state) if words else None
 
     def strategies(n):
-        if estimators is not None:
-            return {name: clone(estimator) for name, estimator in estimators.items()}
-        return _word_strategies(model, random_state) if words else \
-            _strategies(model, n, random_state)
+        if fixed is not None:
+            return {name: clone(estimator) for name, estimator in fixed.items()}
+        return _strategies(model, n, random_state)
 
-    names = list(estimators or strategies(counts[0]))
+    names = list(fixed or strategies(counts[0]))
     index = pd.Index(counts, name="n_sentences" if words else "n_labels")
     scores = pd.DataFrame(np.nan, index=index, columns=names)
     seconds, n_words = scores.copy(), pd.Series(0, index=index, name="n_words")
