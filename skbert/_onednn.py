@@ -18,8 +18,10 @@ def onednn_linears(model):
     slower path (benchmarks/words.py). On an AVX2-only EPYC it was no faster,
     and it costs memory: oneDNN keeps kernels for every batch shape it has run
     (290 shapes: +511 MB resident against +54 MB with torch's Linear), so the
-    torch engine uses it on CPUs with AVX-512 only. The result is a copy of
-    the module tree that shares every weight, the Linear ones too. Both
+    torch engine uses it on CPUs with AVX-512 only, and pads its batches to a
+    grid of widths that bounds the shapes (:func:`skbert._encoding.padded_length`).
+    The result is a copy of the module tree that shares every weight, the Linear
+    ones too. Both
     compute in float32: features differ by rounding (a few 1e-6).
 
     The op does only the arithmetic, so a call runs the original Linear instead

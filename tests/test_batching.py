@@ -93,6 +93,29 @@ def test_bfloat16_on_a_gpu_without_it_is_an_error(monkeypatch):
         _loading.check_dtype("bfloat16", torch.device("cuda"))
 
 
+def test_batch_widths_come_from_a_bounded_grid():
+    widths = [_encoding.padded_length(length, 512) for length in range(1, 513)]
+    assert widths[:32] == list(range(1, 33))  # short windows are not padded
+    assert len(set(widths)) == 96  # not one per length: oneDNN keeps kernels per shape
+    assert all(length <= width <= 1.0625 * length for length, width in enumerate(widths, 1))
+    assert _encoding.padded_length(497, 500) == 500  # never past the model's longest window
+
+
+def test_padded_batches_keep_every_feature(tiny_model_dir):
+    model, _ = _loading.from_pretrained(tiny_model_dir, None, "float32")
+    vectorizer = BertVectorizer(tiny_model_dir, cache=False, batch_size=1).fit()
+    vectorizer.model_ = model  # a private model: the hook does not leak into other tests
+    widths = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]),
+        with_kwargs=True)
+    texts = [" ".join(["cat"] * n) for n in range(31, 63)]  # 33 to 64 tokens
+    features = vectorizer.transform(texts)
+    # 16 shapes for 32 lengths, the longest no wider than the model's 64 positions
+    assert sorted(widths, reverse=True) == [64 - 2 * (i // 2) for i in range(32)]
+    np.testing.assert_allclose(features, reference_features(tiny_model_dir, texts), atol=1e-5)
+
+
 def test_vector_does_not_depend_on_batch_mates(tiny_model_dir, texts):
     vectorizer = BertVectorizer(tiny_model_dir, cache=False, pooling="max").fit()
     alone = np.vstack([vectorizer.transform([text]) for text in texts])
