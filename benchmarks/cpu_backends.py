@@ -52,7 +52,8 @@ Ends with a markdown table for benchmarks/README.md and the targets, met or
 not.
 
 Run: ``python benchmarks/cpu_backends.py [--repeats 3] [--threads N] [--limit N]
-[--slices 16] [--rounds 2] [--no-peers] [--memory] [--scifact]``
+[--slices 16] [--rounds 2] [--no-peers] [--memory] [--scifact] [--store-budget MB]
+[--cache-only]``
 """
 
 import argparse
@@ -313,7 +314,7 @@ def throughput(corpora, runners, repeats, flops, peaks):
     return results, features
 
 
-def cache_cost(corpora, vectorizers, slices, rounds, seed=0):
+def cache_cost(corpora, vectorizers, slices, rounds, seed=0, budget=None):
     """The default cache's seconds over ``cache=False``'s, cold and warm, from paired slices.
 
     Passes over a whole set a minute apart differ by up to 20% on a shared
@@ -326,6 +327,10 @@ def cache_cost(corpora, vectorizers, slices, rounds, seed=0):
     cache is emptied before each round only, so it fills over the slices of
     a round as over one pass (fresh memory included). Round 0 warms up (the
     kernels of each batch shape) and is not counted; ``rounds`` more are.
+    With ``budget`` (bytes: ``--store-budget``, a few slices' records) the
+    store is at its budget after a round's first slices, and each cold slice
+    evicts the records of earlier ones: the store as a long job over more
+    texts than it holds sees it.
     The ratio is of the sums over the counted slices; its 90% interval
     resamples them (bootstrap, 2,000 draws), so it holds for this run: on a
     shared machine a run minutes later can land outside it.
@@ -342,6 +347,7 @@ def cache_cost(corpora, vectorizers, slices, rounds, seed=0):
     """
     rng = np.random.default_rng(seed)
     costs, largest = {}, 0.0
+    previous = skbert.set_cache_limit(budget) if budget else None
     for corpus, texts in corpora.items():
         print(f"\nThe default cache over cache=False, {corpus}: {slices} slices, "
               f"{rounds} rounds after one to warm up, in pairs", flush=True)
@@ -377,6 +383,8 @@ def cache_cost(corpora, vectorizers, slices, rounds, seed=0):
                 f"{kind} {np.sum(seconds[kind]):6.2f} s = {interval(costs[name][corpus, kind])}"
                 for kind in ("cold", "warm")), flush=True)
     print(f"  largest difference of a cached feature to cache=False: {largest:.1e}")
+    if previous is not None:
+        skbert.set_cache_limit(previous)
     return costs
 
 
@@ -631,7 +639,14 @@ def main():
                         help="peak RSS growth of a 10,000-text transform per backend")
     parser.add_argument("--scifact", action="store_true",
                         help="SciFact nDCG@10, fp32 vs openvino int8 (the slowest part)")
+    parser.add_argument("--store-budget", type=float, default=None, metavar="MB",
+                        help="the cache's cost with the store at this budget (e.g. 48: two "
+                             "slices of the sentences' records), records evicted as it fills")
+    parser.add_argument("--cache-only", action="store_true",
+                        help="the cache's cost only (see cache_cost), on the engines of its "
+                             "targets: torch fp32, openvino int8 and bf16")
     args = parser.parse_args()
+    budget = None if args.store_budget is None else int(args.store_budget * 2**20)
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
@@ -640,6 +655,14 @@ def main():
     questions = list(dict.fromkeys(load_trec("train", return_X_y=True)[0]))[:2000]
     corpora = {"sentences": texts[:args.limit], "questions": questions[:args.limit]}
 
+    if args.cache_only:
+        names = {name: CACHE_COST[name] for name in (REFERENCE, "skbert openvino int8",
+                                                      "skbert openvino bf16")
+                 if native_bf16() or "bf16" not in name}
+        cache_cost(corpora, {name: (vectorizer(**params), vectorizer(cache=True, **params))
+                             for name, params in names.items()},
+                   args.slices, args.rounds, budget=budget)
+        return
     print("First use and reuse of an export (a fresh process each)", flush=True)
     uses = first_use(texts[:32])
     with tempfile.TemporaryDirectory() as exports:
@@ -666,7 +689,7 @@ def main():
         speed, features = throughput(corpora, runners, args.repeats, flops, peaks)
         costs = cache_cost(corpora, {name: (model, vectorizer(cache=True, **names[name]))
                                         for name, model in models.items()},
-                           args.slices, args.rounds)
+                           args.slices, args.rounds, budget=budget)
         rho = stsb_spearman(corpora["sentences"], {
             name: X for name, X in features["sentences"].items()
             if name in RUNNERS or name == BASELINE}, pairs, scores)

@@ -157,7 +157,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         another such combination costs one more forward pass on first use.
         A call never holds more than a few MB of entries besides the store;
         when its texts outgrow the budget, the store keeps those that fit and
-        warns. Filling the cache costs 3% to 19% of the forward pass (the
+        warns. Filling the cache costs 3% to 28% of the forward pass (the
         most where the pass is fastest: int8 and bf16 engines).
         With ``cache=False`` the encoder stops after the deepest layer the
         setting reads (``layer=-2`` on a 6-layer model runs 5 layers); the
