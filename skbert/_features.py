@@ -269,7 +269,9 @@ def compute_parts(hidden_states, attention_mask, special_mask, pooler_output, la
     rows = torch.arange(batch, device=device)
     last = attended.sum(dim=1) - 1
     specials = masks[True] & ~masks[False]
-    ends_only = bool(((specials.sum(dim=1) == 2) & specials[:, 0] & specials[rows, last]).all())
+    # (and no token that pooling skips: an excluded prompt)
+    ends_only = bool(((specials.sum(dim=1) == 2) & specials[:, 0] & specials[rows, last]).all()
+                     and not bool((attended & (special_mask == EXCLUDED)).any()))
     n_layers, n_averages = len(layout.layers), len(layout.averages)
     n_rows = n_layers + n_averages
     blocks = layout.blocks
@@ -376,20 +378,25 @@ def _tile_rows(hidden_states, layout, start, stop):
 
 
 def _tile_span(mask, start, stop, last, ends_only):
-    """Which tokens of ``start:stop`` :func:`_tile_max` reduces for one mask: ``(lo, hi,
-    bias)``, the columns of the tile and, unless every window keeps all of them, 0 or -inf
-    per window and column (batch, columns, 1) to add before the max. With ``ends_only``
-    the text tokens of window i are positions 1 to last[i] - 1."""
+    """Which tokens of ``start:stop`` :func:`_tile_max` reduces for one mask: ``(lo, mid, hi,
+    bias)``, columns of the tile: ``lo:mid`` kept by every window, and for ``mid:hi`` 0 or
+    -inf per window and column (batch, columns, 1) to add before the max (None where every
+    window keeps them all). With ``ends_only`` the text tokens of window i are positions 1
+    to last[i] - 1: in a batch of similar lengths, most columns need no bias."""
     import torch
 
     if ends_only:
         lo, hi = max(1, start), min(int(last.max()), stop)
-        kept = torch.arange(lo, max(lo, hi), device=last.device)[None] < last[:, None]
+        mid = max(lo, min(int(last.min()), hi))
+        kept = torch.arange(mid, max(mid, hi), device=last.device)[None] < last[:, None]
     else:
-        lo, hi = start, stop
+        lo, mid, hi = start, start, stop
         kept = mask[:, start:stop]
-    bias = None if bool(kept.all()) else torch.where(kept, 0.0, float("-inf"))[:, :, None]
-    return lo - start, hi - start, bias
+    if bool(kept.all()):
+        mid, bias = max(mid, hi), None
+    else:
+        bias = torch.where(kept, 0.0, float("-inf"))[:, :, None]
+    return lo - start, mid - start, hi - start, bias
 
 
 def _tile_max(values, span):
@@ -397,12 +404,14 @@ def _tile_max(values, span):
     (:func:`_tile_span`): -inf where a window has none there."""
     import torch
 
-    lo, hi, bias = span
-    if hi <= lo:
+    lo, mid, hi, bias = span
+    maxima = [values[:, lo:mid].amax(dim=1)] if mid > lo else []
+    if bias is not None:
+        maxima.append((values[:, mid:hi] + bias).amax(dim=1))
+    if not maxima:
         return torch.full((values.shape[0], values.shape[2]), float("-inf"),
                           device=values.device)
-    part = values[:, lo:hi]
-    return (part if bias is None else part + bias).amax(dim=1)
+    return maxima[0] if len(maxima) == 1 else torch.maximum(*maxima)
 
 
 def merge_layers(vectors, how):

@@ -5,14 +5,15 @@ import pytest
 import torch
 
 from skbert import pooling
-from skbert._features import Layout, compute_parts, parts_for_cache
+from skbert._features import EXCLUDED, Layout, compute_parts, parts_for_cache
 
 
 def make_batch(kind):
     """Hidden states of 4 layers for 5 right-padded windows, one without text tokens.
 
     Single texts have special tokens at both ends only, pairs one more in the
-    middle; "none empty" gives the window without text tokens one more token.
+    middle; "none empty" gives the window without text tokens one more token;
+    "a prompt" marks a text token of two windows as one that no pooling reads.
     """
     generator = torch.Generator().manual_seed(0)
     n_layers, n_windows, n_tokens, dim = 4, 5, 9, 8
@@ -24,18 +25,22 @@ def make_batch(kind):
     special[torch.arange(n_windows), lengths - 1] = 1
     if kind == "text pairs":
         special[[0, 3, 4], [4, 3, 2]] = 1
+    if kind.endswith("a prompt"):
+        special[[0, 3], [1, 1]] = EXCLUDED
     pooler_output = torch.randn(n_windows, dim, generator=generator)
     return hidden, attention, special, pooler_output
 
 
-@pytest.fixture(params=["single texts", "text pairs", "single texts, none empty"])
+@pytest.fixture(params=["single texts", "text pairs", "single texts, none empty",
+                        "single texts, a prompt"])
 def batch(request):
     return make_batch(request.param)
 
 
 def expected_part(key, hidden, attention, special, pooler_output):
     """One part computed on its own with the public pooling functions."""
-    masks = {True: attention.bool(), False: attention.bool() & ~special.bool()}
+    masks = {True: attention.bool() & (special != EXCLUDED),
+             False: attention.bool() & (special == 0)}
     kind = key[0]
     if kind == "pooler":
         return pooler_output
