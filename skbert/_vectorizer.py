@@ -379,8 +379,9 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         holds: float32, or float16 / bfloat16 with that ``dtype`` on the torch
         backend (sentence-transformers loads those in that precision, and its
         vectors then differ from :meth:`transform`'s by that precision's
-        rounding, not 1e-5). The inference engine (``backend``) and int8 quantization are
-        not part of the folder; sentence-transformers runs the torch weights.
+        rounding, not 1e-5). The inference engine (``backend``) and int8
+        quantization are not part of the folder; sentence-transformers runs the
+        torch weights.
 
         Parameters
         ----------
