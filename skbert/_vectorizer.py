@@ -155,10 +155,14 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         KB for BERT-base). Max pooling over a mean or sum of several layers
         is stored for the usual choices (the last k layers, first + last);
         another such combination costs one more forward pass on first use.
-        A call never holds more than a few MB of entries besides the store;
-        when its texts outgrow the budget, the store keeps those that fit and
-        warns. Filling the cache costs 3% to 28% of the forward pass (the
-        most where the pass is fastest: int8 and bf16 engines).
+        A call keeps one chunk of entries (2 MiB) besides the store; with
+        the encoder's working memory, oneDNN's kernels and its tokens, its
+        peak beyond the store and the output was 51-107 MB on torch and
+        151-182 MB on OpenVINO int8 for 20,000-60,000 short texts
+        (``benchmarks/memory.py``). When its texts outgrow the budget, the
+        store keeps those that fit and warns. Filling the cache costs 3% to
+        28% of the forward pass (the most where the pass is fastest: int8 and
+        bf16 engines).
         With ``cache=False`` the encoder stops after the deepest layer the
         setting reads (``layer=-2`` on a 6-layer model runs 5 layers); the
         cache runs every layer, since its entries serve every setting.
