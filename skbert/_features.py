@@ -211,6 +211,20 @@ class Layout:
         text = repr((self.keys, self.hidden_size)).encode()
         return hashlib.blake2b(text, digest_size=6).hexdigest()
 
+    def columns(self, keys):
+        """The columns of the record that the parts ``keys`` hold, as slices in record
+        order, adjacent ones merged."""
+        spans = sorted((column, column + 1) if isinstance(column, int) else
+                       (column.start, column.stop)
+                       for key, column in self.slices.items() if key in keys)
+        merged = []
+        for start, stop in spans:
+            if merged and merged[-1][1] == start:
+                merged[-1][1] = stop
+            else:
+                merged.append([start, stop])
+        return [slice(start, stop) for start, stop in merged]
+
     def parts(self, records, keys=None):
         """``{part key: view}`` of ``records`` (n, width) for ``keys`` (default: all)."""
         return {key: records[:, self.slices[key]] for key in (self.keys if keys is None else keys)

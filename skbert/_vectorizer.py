@@ -159,10 +159,10 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         batch's: 2.8 MiB for all-MiniLM-L6-v2 at batch_size=32); with
         the encoder's working memory, oneDNN's kernels and its tokens, its
         peak beyond the store and the output was 51-107 MB on torch and
-        151-182 MB on OpenVINO int8 for 20,000-60,000 short texts
+        151-258 MB on OpenVINO int8 for 20,000-60,000 short texts
         (``benchmarks/memory.py``). When its texts outgrow the budget, the
         store keeps those that fit and warns. Filling the cache costs 3% to
-        28% of the forward pass (the most where the pass is fastest: int8 and
+        31% of the forward pass (the most where the pass is fastest: int8 and
         bf16 engines).
         With ``cache=False`` the encoder stops after the deepest layer the
         setting reads (``layer=-2`` on a 6-layer model runs 5 layers); the
@@ -467,7 +467,8 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
                 return assemble(parts, extraction)
 
             features = _cache.window_features(store, keys, windows.lengths, layouts, compute,
-                                              assembled, self.batch_size, progress)
+                                              assembled, self.batch_size, progress,
+                                              [layout.columns(needed) for layout in layouts])
         if len(windows) > len(texts):  # texts cut into several windows ("chunks")
             features = merge_windows(features, windows.owner, windows.n_text_tokens,
                                      self.chunk_pooling)

@@ -256,6 +256,19 @@ def test_chunks_mix_hits_misses_and_duplicates(counted, texts, monkeypatch):
     np.testing.assert_allclose(got, np.vstack([expected, expected[::-1]]), rtol=0, atol=1e-6)
 
 
+def test_hits_beside_misses_copy_only_what_the_setting_reads(counted, texts):
+    # A chunk's buffer holds the records of the windows it computes and, for the hits,
+    # only the columns the setting reads: the rest is the last chunk's, and never read.
+    vectorizer, counter = counted
+    params = dict(pooling="mean_max", layer=[0, -1], layer_combine="concat",
+                  include_special_tokens=False)
+    expected = BertVectorizer(vectorizer.model, cache=False, **params).fit().transform(texts)
+    vectorizer.transform(texts[1::2])
+    got = vectorizer.set_params(**params).transform(texts)
+    assert counter["rows"] == len(texts)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+
+
 def test_a_rarer_multi_layer_max_on_a_cold_cache_takes_one_pass(counted, texts):
     vectorizer, counter = counted
     vectorizer.set_params(pooling="max", layer=[0, 1]).transform(texts)

@@ -94,6 +94,16 @@ def test_layout_is_canonical_and_tagged():
                                                                  ("mean", 1, True)]
 
 
+def test_layout_columns_are_the_parts_slices_merged():
+    layout = Layout.of([("cls", 0), ("mean", 0, True), ("mean", 1, True), ("count", False),
+                        ("count", True)], 4)
+    assert layout.columns({("mean", 1, True), ("mean", 0, True), ("count", True)}) == [
+        slice(4, 12), slice(13, 14)]
+    assert layout.columns({("cls", 0), ("count", False)}) == [slice(0, 4), slice(12, 13)]
+    assert layout.columns(set(layout.keys)) == [slice(0, layout.width)]
+    assert layout.columns({("max", 0, True)}) == []
+
+
 def test_compute_parts_leaves_the_hidden_states_alone(batch):
     hidden, attention, special, pooler_output = batch
     before = [h.clone() for h in hidden]
