@@ -11,10 +11,11 @@ What is written there is written atomically with modes from the umask
 that cannot be written costs one warning, and the converted model runs from
 memory.
 
-Nothing here changes process-wide state while converting (standard output,
-warning filters, logger levels): the records that a conversion logs and nobody
-needs are filtered for the converting thread only, and conversions of one key
-wait for each other while every other engine runs on.
+Nothing here changes what other threads print or raise while converting
+(standard output, warning filters, logger levels): the records that a
+conversion logs and nobody needs, and the warnings that tracing emits and the
+conversion check answers, are filtered for the converting thread only, and
+conversions of one key wait for each other while every other engine runs on.
 """
 
 import contextlib
@@ -440,7 +441,7 @@ def _check(run, checks, expected):
 def _convert_openvino(module, example, checks, expected, samples):
     import openvino
 
-    with _TRACING:
+    with _TRACING, _expected_warnings_hidden():
         converted = openvino.convert_model(module, example_input=example)
     compiled = openvino.Core().compile_model(converted, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
 
@@ -464,7 +465,7 @@ def _convert_onnx(module, example, checks, expected):
 
     names = list(example)
     buffer = io.BytesIO()
-    with _TRACING:
+    with _TRACING, _expected_warnings_hidden():
         torch.onnx.export(module, tuple(torch.as_tensor(example[name]) for name in names),
                           buffer, input_names=names, dynamo=False,
                           dynamic_axes={name: {0: "batch", 1: "tokens"} for name in names})
@@ -499,8 +500,7 @@ _quieting = threading.Lock()  # our edits of handlers' filter lists, one at a ti
 @contextlib.contextmanager
 def _this_thread_quiet():
     """Hide :data:`_QUIET` records for this thread only: filters rather than levels, so that
-    other threads log as before. Warnings (the tracer's) are left to show: hiding them would
-    need the process-wide warning filters, and the check at every length is what answers them.
+    other threads log as before. The warnings of tracing are :func:`_expected_warnings_hidden`'s.
 
     The filters sit on the handlers, not the loggers: Python consults a logger's filters for
     the records logged on it only, a handler's for every record it is given, those that
@@ -533,6 +533,85 @@ def _handlers_reached(name):
                 handlers.extend(logger.handlers)
                 logger = logger.parent if logger.propagate else None
     return handlers
+
+
+def _expected_warnings():
+    """The warnings that tracing a model emits and that nobody needs to see, as (category,
+    module, message) patterns, matched from the start of the module's name and of the text."""
+    import torch
+
+    return [
+        # Each says that a Python value read from a tensor became a constant of the trace, which
+        # may not generalize to other inputs: the check at every length and at two batch sizes
+        # is what answers that, for any model, so the category is enough, whatever the module.
+        (torch.jit.TracerWarning, None, ""),
+        # Deprecated in transformers 5; torch.jit reads every property of the modules that it
+        # traces (OpenVINO's conversion), the model's code does not use it.
+        (FutureWarning, r"transformers\.", r"`is_gradient_checkpointing` is deprecated"),
+        # The TorchScript tracers that the engines convert with, deprecated for torch.export:
+        # no user can act on it, and a tracer removed fails every conversion and its tests.
+        (DeprecationWarning, r"torch\.jit\.", r"`torch\.jit\.trace(_method)?` is "),
+        (DeprecationWarning, None, r"You are using the legacy TorchScript-based ONNX export"),
+        (DeprecationWarning, r"torch\.onnx\.",
+         r"The feature will be removed\. Please remove usage of this function"),
+        # The exported graph is wrong where indices are negative: its outputs would differ from
+        # torch's in the check.
+        (UserWarning, r"torch\.onnx\.", r"Exporting aten::index operator of advanced indexing"),
+    ]
+
+
+class _InThisThread:
+    """The message pattern of a warning filter that matches in one thread only, until
+    :meth:`close`: both of Python's warnings implementations call ``match`` of a filter's
+    message, as of a compiled regex."""
+
+    def __init__(self, pattern):
+        self.pattern, self._regex = pattern, re.compile(pattern)
+        self._thread = threading.get_ident()
+
+    def match(self, text):
+        return self._thread == threading.get_ident() and self._regex.match(text) is not None
+
+    def close(self):
+        self._thread = None
+
+
+_filtering = threading.Lock()  # our edits of the warning filters, one at a time
+
+
+@contextlib.contextmanager
+def _expected_warnings_hidden():
+    """Ignore :func:`_expected_warnings` in this thread only, the same warnings of other
+    threads shown (or raised) as before.
+
+    Python's warning filters are one list for the process (before 3.14), so the filters
+    added here sit at its head while this runs, and match in this thread only: other threads
+    pass over them. Not ``warnings.catch_warnings(record=True)`` around the conversion: it
+    would take every thread's warnings meanwhile (to be shown again later, out of order and
+    past their once-per-place registries), and as it is not thread-safe, one entered or left
+    in another thread meanwhile could leave its recorder in place for good, every later
+    warning of the process swallowed. Such a ``catch_warnings`` (it saves and restores the
+    whole list) may keep the filters added here beyond the conversion: closed, they match
+    nothing. The list is edited in place, not replaced: a filter that another thread adds
+    meanwhile is kept.
+    """
+    added = [("ignore", _InThisThread(message), category,
+              None if module is None else re.compile(module), 0)
+             for category, module, message in _expected_warnings()]
+    with _filtering:
+        filters = warnings.filters
+        filters[:0] = added
+    try:
+        yield
+    finally:
+        for entry in added:
+            entry[1].close()
+        with _filtering:
+            # The list of now too, where a catch_warnings of another thread copied ours into it.
+            for current in {id(filters): filters, id(warnings.filters): warnings.filters}.values():
+                for entry in added:
+                    with contextlib.suppress(ValueError):  # one step each: nothing else lost
+                        current.remove(entry)
 
 
 def digest(text):

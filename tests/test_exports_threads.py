@@ -3,7 +3,10 @@ hidden (issue 41, items 4 and 8); the private transformers arguments behind one 
 
 import io
 import logging
+import subprocess
+import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -129,7 +132,10 @@ def printed(monkeypatch, names):
     buffer = io.StringIO()
     for name in names:
         for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler):
+            # pytest 9.2 and later also attach their capturing handlers (stream handlers too)
+            # to every logger that does not propagate: those are not what the library prints.
+            if (isinstance(handler, logging.StreamHandler)
+                    and not type(handler).__module__.startswith("_pytest")):
                 monkeypatch.setattr(handler, "stream", buffer)
     return buffer
 
@@ -181,8 +187,76 @@ def test_quieted_records_of_propagating_loggers_reach_no_handler(tiny_model_dir,
     with caplog.at_level(logging.WARNING):
         vectorizer.transform(texts)
         logging.getLogger("transformers.modeling_utils").warning("after the conversion")
-    assert [record.getMessage() for record in caplog.records
+    # One record per message: pytest 9.2 and later also attach caplog's handler to the loggers
+    # that did not propagate when the test began, so a record may reach it twice.
+    assert [record.getMessage() for record in dict.fromkeys(caplog.records)
             if record.name.startswith("transformers")] == ["after the conversion"]
+
+
+# A first conversion in a process of its own, every warning shown from the conversion on
+# (as ``python -W always`` would): what a user's terminal gets.
+FIRST_CONVERSION = """
+import sys, warnings
+from skbert import BertVectorizer
+
+vectorizer = BertVectorizer(sys.argv[1], backend=sys.argv[2], cache=False).fit()
+warnings.simplefilter("always")
+print("converting", file=sys.stderr, flush=True)
+vectorizer.transform(["the cat sat on the mat", "a dog"])
+"""
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnx"])
+def test_a_first_conversion_prints_nothing(tiny_model_dir, tmp_path, monkeypatch, backend):
+    """Not the tracer's warnings (the check at every length answers them), not the
+    deprecations that tracing meets, not a log record: nothing on either stream."""
+    monkeypatch.setenv("SKBERT_EXPORT_DIR", str(tmp_path / "exports"))
+    done = subprocess.run([sys.executable, "-c", FIRST_CONVERSION, tiny_model_dir, backend],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.split("converting\n", 1)[1] == "", done.stderr
+    assert done.stdout == ""
+    assert list((tmp_path / "exports").glob("*/manifest.json"))  # it did convert
+
+
+TRACER_TEXT = ("Converting a tensor to a Python boolean might cause the trace to be incorrect. "
+               "This means that the trace might not generalize to other inputs!")
+
+
+def expected_kinds(who):
+    """Warnings of the kinds that a conversion hides, from the modules that emit them."""
+    warnings.warn(f"{who}: {TRACER_TEXT}", torch.jit.TracerWarning, stacklevel=1)
+    warnings.warn_explicit(f"`is_gradient_checkpointing` is deprecated ({who})", FutureWarning,
+                           "modeling_utils.py", 1, module="transformers.modeling_utils")
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnx"])
+def test_a_conversion_hides_its_expected_warnings_only(tiny_model_dir, texts, monkeypatch,
+                                                       nothing_converted, backend):
+    """The same warnings of another thread meanwhile are shown, and so is a warning of the
+    converting thread that is not one of the expected ones; nothing stays in the filters."""
+    vectorizer = BertVectorizer(tiny_model_dir, backend=backend, cache=False).fit()
+    owner, name = (openvino, "convert_model") if backend == "openvino" else (torch.onnx, "export")
+    trace = getattr(owner, name)
+
+    def noisy(*args, **kwargs):
+        expected_kinds("converting thread")
+        warnings.warn("a new warning of the conversion", UserWarning, stacklevel=1)
+        other = threading.Thread(target=expected_kinds, args=("other thread",))
+        other.start()
+        other.join(60)
+        return trace(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, noisy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        before = list(warnings.filters)
+        vectorizer.transform(texts)
+        after = list(warnings.filters)
+    assert sorted(str(warning.message)[:40] for warning in caught) == [
+        "`is_gradient_checkpointing` is deprecate", "a new warning of the conversion",
+        f"other thread: {TRACER_TEXT}"[:40]]
+    assert after == before
 
 
 def hub_cache(tmp_path, monkeypatch):
