@@ -89,7 +89,7 @@ def estimator(freeze, rate):
 
     rates = {"head_learning_rate": rate} if freeze == "all" else {"learning_rate": rate}
     return BertClassifier(str(get_model_path()), freeze=freeze, pooling="mean",
-                          max_epochs=EPOCHS, batch_size=16, random_state=SEED, device="cpu",
+                          epochs=EPOCHS, batch_size=16, random_state=SEED, device="cpu",
                           **rates)
 
 

@@ -12,7 +12,7 @@ median of ``--repeats`` runs:
 - pair_similarity: ``GridSearchCV(PairSimilarity(BertVectorizer))`` over 3
   poolings on 1,500 STS-B training pairs, cv=3 (no BLAS fit of skbert's own:
   similarities are row-wise products);
-- frozen_head: ``BertClassifier(freeze="all", max_epochs=5)`` on 1,000 TREC
+- frozen_head: ``BertClassifier(freeze="all", epochs=5)`` on 1,000 TREC
   questions, scored on the 500 test questions (the head trains in torch, whose
   threads are not BLAS's).
 
@@ -113,7 +113,7 @@ def frozen_head(limit):
     X_test, y_test = load_trec("test", return_X_y=True)
     start = time.perf_counter()
     with limit():
-        model = BertClassifier(get_model_path(), freeze="all", max_epochs=5, random_state=0)
+        model = BertClassifier(get_model_path(), freeze="all", epochs=5, random_state=0)
         model.fit(X[:1000], y[:1000])
     return time.perf_counter() - start, [model.score(X_test, y_test)]
 

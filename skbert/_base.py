@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
-from skbert import _cache, _engines, _loading, _persistence
+from skbert import _cache, _compat, _engines, _loading, _persistence
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoding import text_budget
 from skbert._progress import progress_bar
@@ -67,18 +67,28 @@ class EncoderMixin:
         return layers
 
     def _window_length(self):
-        """Tokens per window: ``max_length``, checked against the model's limit."""
+        """Tokens per window: ``max_length``, checked against the model's limit, or (None)
+        :meth:`_default_window`."""
         limit = _loading.length_limit(self.tokenizer_, self._config)
-        max_length = int(limit) if self.max_length is None else self.max_length
+        if self.max_length is None:
+            max_length = self._default_window(limit)
+            named = f"max_length=None (a window of {max_length} tokens from the model)"
+        else:
+            max_length = self.max_length
+            named = f"max_length={max_length!r}"
         if max_length > limit:
             raise ValueError(
                 f"max_length={self.max_length!r} exceeds the model's limit of {int(limit)} tokens."
             )
         budget = text_budget(self.tokenizer_, max_length)
         if budget < 1:
-            raise ValueError(f"max_length={max_length!r} leaves no room for text next to the "
+            raise ValueError(f"{named} leaves no room for text next to the "
                              f"special tokens: use at least {max_length - budget + 1}.")
         return max_length
+
+    def _default_window(self, limit):
+        """Tokens per window when ``max_length`` is None: the model's ``limit``."""
+        return int(limit)
 
     @property
     def _config(self):
@@ -190,6 +200,14 @@ class FeaturesMixin(EncoderMixin):
                     f"{', '.join(FIT_PARAMETERS)} take effect at fit. Fit again to use it."
                 )
 
+    def _default_window(self, limit):
+        """Tokens per window when ``max_length`` is None: the ``max_seq_length`` of a
+        sentence-transformers folder (capped at the model's ``limit``, as
+        sentence-transformers reads it), whatever ``pooling`` and ``norm`` are, or
+        ``limit``."""
+        window = _loading.window_of_folder(self._sentence, os.fspath(self.model), limit)
+        return int(limit) if window is None else window
+
     def _device(self):
         """Where inference runs, resolved now (never written back)."""
         return _engines.resolve_device(self.backend, self.device)
@@ -300,6 +318,27 @@ class FeaturesMixin(EncoderMixin):
         check_is_fitted(self)
         self._check_fit_parameters()
         return self._transform(self._check_input(X))
+
+    def _transform_for(self, owner, X, checked=None):
+        """Encode ``X`` (or ``checked``, its samples where it was read already) as the output
+        of ``owner``, a transformer that embeds with this vectorizer
+        (:class:`skbert.FineTunedVectorizer`).
+
+        ``owner``'s own ``set_output`` wins: then the features go out as an array,
+        which its output wrapper puts in that container, with ``X``'s index.
+        Without one, the container is this vectorizer's (its ``set_output``, else
+        scikit-learn's ``transform_output``), under ``owner``'s feature names and
+        with ``X``'s index, as the owner's wrapper would make it.
+        """
+        samples = X if checked is None else checked
+        if _compat.sets_own_output(owner):
+            return self._transform_input(samples)
+        output = self.transform(samples)
+        if hasattr(output, "columns"):  # a new pandas or polars DataFrame
+            output.columns = list(owner.get_feature_names_out())
+            if hasattr(output, "iloc") and hasattr(X, "iloc"):  # pandas, from pandas input
+                output.index = X.index
+        return output
 
     def _transform(self, samples):
         """Features of checked ``samples``, as many as ``_width`` says, normalized."""

@@ -5,11 +5,18 @@ fallback, means a release that moves them breaks exactly one module.
 """
 
 from sklearn.base import _fit_context
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, Hidden, Interval, StrOptions
 
-__all__ = ["HasMethods", "Interval", "StrOptions", "_fit_context", "autocast_enabled",
+__all__ = ["HasMethods", "Hidden", "Interval", "StrOptions", "_fit_context", "autocast_enabled",
            "cached_model_file", "install_output_hooks", "linear_pointwise", "runs_hooks",
-           "tensor_version", "with_children"]
+           "sets_own_output", "tensor_version", "with_children"]
+
+
+def sets_own_output(estimator):
+    """Whether ``set_output(transform=...)`` was called on ``estimator``: scikit-learn keeps the
+    setting in a private attribute, absent until one is set; where a release keeps it
+    elsewhere, this says False and the estimator's output is the vectorizer's."""
+    return "transform" in getattr(estimator, "_sklearn_output_config", {})
 
 
 def install_output_hooks(model):

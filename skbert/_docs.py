@@ -31,9 +31,11 @@ default="cls"
         the default because fine-tuning teaches the [CLS] vector to summarize
         the text, as in BERT's own recipe; "mean" often does better with a
         frozen encoder.
-    freeze : None, "embeddings", int, "all" or "lora", default=None
-        What does not train: None trains everything, "embeddings" freezes the
-        embedding layer, an int k the embeddings and the bottom k layers, and
+    freeze : None, "none", "embeddings", int, "all" or "lora", default=None
+        What does not train: None (or "none") trains everything, "embeddings"
+        freezes the embedding layer, an int k the embeddings and the bottom k
+        layers (fewer than ``layer`` reads: a freeze under which nothing read
+        trains is refused at fit; "all" is that, done cheaply), and
         "all" the whole encoder, so that only the head trains, on the features
         of a :class:`skbert.BertVectorizer` of the same ``layer``,
         ``pooling`` and ``dtype``: from its cache, so extra epochs cost little
@@ -46,8 +48,8 @@ default="cls"
         into those projections, so that inference costs what the encoder
         alone costs.
     """ + LORA + """
-    max_epochs : int, default=3
-        Passes over the training texts.
+    epochs : int, default=3
+        Passes over the training texts; with ``early_stopping``, the most.
     learning_rate : float or "auto", default="auto"
         Peak learning rate of AdamW for the encoder's weights that train (the
         adapters with ``freeze="lora"``). "auto" is 5e-5, as in BERT's
@@ -66,11 +68,12 @@ default="cls"
     weight_decay : float, default=0.01
         AdamW's decoupled weight decay, on weight matrices only (not on biases
         and LayerNorm weights).
-    warmup_ratio : float, default=0.1
+    warmup : float, default=0.1
         Share of the optimization steps over which the learning rate rises
         linearly from 0; it then falls linearly to 0 at the last step.
     max_length : int or None, default=None
-        Tokens per text, special tokens included. None is the model's limit.
+        Tokens per text, special tokens included. None is the model's limit,
+        or a sentence-transformers folder's ``max_seq_length``.
     truncation : {"head", "tail", "head_tail"}, default="head"
         Which tokens of a longer text are kept, as in
         :class:`skbert.BertVectorizer`. Each text is one training example of
@@ -85,12 +88,19 @@ default="cls"
     validation_fraction : float, default=0.1
         Share of the training texts held out when ``early_stopping`` is True.
     n_iter_no_change : int, default=2
-        Epochs without improvement of the validation score before stopping.""",
+        Epochs without improvement of the validation score before stopping.
+    max_epochs : int, default="deprecated"
+        The former name of ``epochs``: set, it is used with a FutureWarning;
+        it goes in the next release.
+    warmup_ratio : float, default="deprecated"
+        The former name of ``warmup``, likewise.""",
     "running": """random_state : int, RandomState instance or None, default=None
         Seeds the head's initialization, dropout, shuffling and the
         validation split. An int gives the same model on every fit (on the
         CPU; GPU kernels may differ in the last bits). The global torch random
-        state is left as it was.
+        state is left as it was. Seeded training holds a process-wide lock
+        (dropout draws from torch's global random state): fits in threads
+        train one at a time, and each gives what it gives alone.
     device : {"auto", "cpu", "cuda", "cuda:N", "mps"}, default="auto"
         Where training and inference run; resolved at fit and predict time.
     dtype : {"float32", "float16", "bfloat16", "int8"}, default="float32"

@@ -19,23 +19,24 @@ numpy arrays (``coef_``, ``intercept_``); the training loop is in
 :mod:`skbert._training`.
 """
 
-import copy
 import dataclasses
+import inspect
 import os
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.model_selection import train_test_split
-from sklearn.utils import check_array, check_random_state
+from sklearn.utils import check_array
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from skbert import _engines, _loading, _lora, _training
 from skbert._base import EncoderMixin
-from skbert._compat import Interval, StrOptions, _fit_context
+from skbert._compat import Hidden, Interval, StrOptions, _fit_context
 from skbert._docs import FINETUNER, shared
 from skbert._encoding import _model_inputs, tokenize
 from skbert._features import Extraction, n_features
@@ -76,6 +77,8 @@ class TunedPersistence:
     """
 
     _light = ("all", "lora")  # the freeze values whose fits may pickle light
+    # Parameters renamed since 0.1.0, {old name: new name}: the old one stays one release.
+    _renamed = {}
 
     def __getstate__(self):
         state = dict(super().__getstate__())  # a copy: it may be the live __dict__
@@ -92,6 +95,14 @@ class TunedPersistence:
         return state
 
     def __setstate__(self, state):
+        # A pickle of 0.1.0: its renamed parameters under their new names, and the parameters
+        # added since at their defaults.
+        for old, new in self._renamed.items():
+            if new not in state and old in state:
+                state[new], state[old] = state[old], "deprecated"
+        for name, parameter in inspect.signature(type(self).__init__).parameters.items():
+            if name != "self" and parameter.default is not parameter.empty:
+                state.setdefault(name, parameter.default)
         fitted = state.get("_fitted")
         if fitted is not None:
             state["_fitted"] = fitted = _Fitted(**fitted)
@@ -128,31 +139,31 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
     _reads_words = False  # its samples are texts (skbert._words.reads_words)
 
     def _class_targets(self, X, y, device):
-        """Set ``classes_``; return the class of each sample of ``X`` (as indices into
-        ``classes_``) and ``class_weight``'s weights as a tensor on ``device`` (or None)."""
+        """The classes of ``y`` (sorted), the class of each sample of ``X`` (as indices into
+        them) and ``class_weight``'s weights as a tensor on ``device`` (or None)."""
         import torch
 
         name = type(self).__name__
         y = column_or_1d(y, warn=True)
         _check_samples(X, y, name, "word samples" if self._reads_words else "texts")
         check_classification_targets(y)
-        self.classes_, encoded = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
+        classes, encoded = np.unique(y, return_inverse=True)
+        if len(classes) < 2:
             raise ValueError(
                 f"{name} needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {self.classes_.tolist()[0]!r}."
+                f"contains only one class: {classes.tolist()[0]!r}."
             )
         if self.class_weight is None:
-            return encoded, None
-        weights = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
-        return encoded, torch.as_tensor(weights, dtype=torch.float32, device=device)
+            return classes, encoded, None
+        weights = compute_class_weight(self.class_weight, classes=classes, y=y)
+        return classes, encoded, torch.as_tensor(weights, dtype=torch.float32, device=device)
 
-    def _set_head(self, weight, bias):
-        """``coef_`` and ``intercept_`` from the trained head's arrays: for two classes one
-        decision, for ``classes_[1]``, as in LogisticRegression."""
-        if len(self.classes_) == 2:
+    def _set_head(self, classes, weight, bias):
+        """``classes_``, ``coef_`` and ``intercept_`` from the trained head's arrays: for two
+        classes one decision, for ``classes_[1]``, as in LogisticRegression."""
+        if len(classes) == 2:
             weight, bias = weight[1:] - weight[:1], bias[1:] - bias[:1]
-        self.coef_, self.intercept_ = weight, bias
+        self.classes_, self.coef_, self.intercept_ = classes, weight, bias
 
     def decision_function(self, X):
         """Scores of the linear head (logits).
@@ -210,20 +221,24 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
 class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
     """Parameters, features and persistence shared by both estimators, around the training loop."""
 
+    _renamed = {"max_epochs": "epochs", "warmup_ratio": "warmup"}
+
     _parameter_constraints: dict = {
         **EncoderMixin._parameter_constraints,
         "layer": [Integral],
-        "freeze": [None, StrOptions({"embeddings", "all", "lora"}),
-                   Interval(Integral, 0, None, closed="left")],
+        "freeze": _training.FREEZE_CONSTRAINT,
         "lora_rank": [Interval(Integral, 1, None, closed="left")],
         "lora_alpha": [Interval(Real, 0, None, closed="neither")],
         "lora_dropout": [Interval(Real, 0, 1, closed="left")],
         "persist_weights": ["boolean"],
-        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "head_learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "warmup_ratio": [Interval(Real, 0, 1, closed="both")],
+        "warmup": [Interval(Real, 0, 1, closed="both")],
+        "max_epochs": [Interval(Integral, 1, None, closed="left"),
+                       Hidden(StrOptions({"deprecated"}))],
+        "warmup_ratio": [Interval(Real, 0, 1, closed="both"), Hidden(StrOptions({"deprecated"}))],
         "truncation": [StrOptions({"head", "tail", "head_tail"})],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
@@ -244,12 +259,12 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         lora_rank=8,
         lora_alpha=16,
         lora_dropout=0.1,
-        max_epochs=3,
+        epochs=3,
         learning_rate="auto",
         head_learning_rate=1e-2,
         batch_size=16,
         weight_decay=0.01,
-        warmup_ratio=0.1,
+        warmup=0.1,
         max_length=None,
         truncation="head",
         early_stopping=False,
@@ -263,6 +278,8 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         persist_weights=True,
         revision=None,
         verbose=False,
+        max_epochs="deprecated",
+        warmup_ratio="deprecated",
     ):
         self.model = model
         self.layer = layer
@@ -271,12 +288,12 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         self.lora_rank = lora_rank
         self.lora_alpha = lora_alpha
         self.lora_dropout = lora_dropout
-        self.max_epochs = max_epochs
+        self.epochs = epochs
         self.learning_rate = learning_rate
         self.head_learning_rate = head_learning_rate
         self.batch_size = batch_size
         self.weight_decay = weight_decay
-        self.warmup_ratio = warmup_ratio
+        self.warmup = warmup
         self.max_length = max_length
         self.truncation = truncation
         self.early_stopping = early_stopping
@@ -290,114 +307,116 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         self.persist_weights = persist_weights
         self.revision = revision
         self.verbose = verbose
+        self.max_epochs = max_epochs
+        self.warmup_ratio = warmup_ratio
 
     def _fit(self, texts, targets, n_outputs, loss, stratify=None):
-        """Train on ``texts`` with ``loss(outputs, targets[batch])``; set the fitted attributes.
+        """Train on ``texts`` with ``loss(outputs, targets[batch])``, assigning nothing.
 
-        Returns the head's ``(weight, bias)`` as float64 arrays.
+        Returns ``(vectorizer, fitted, trained)``: the fitted vectorizer over the
+        tuned encoder, the :class:`_Fitted` record and the
+        :class:`skbert._training.Trained` record, for :meth:`_assign`.
         """
         import torch
 
-        _check_persist_weights(self.persist_weights, self.freeze)
-        if (self.backend != "torch" or self.dtype == "int8") and self.freeze != "all":
+        freeze = None if self.freeze == "none" else self.freeze
+        epochs, warmup = self._schedule()
+        _check_persist_weights(self.persist_weights, freeze)
+        if (self.backend != "torch" or self.dtype == "int8") and freeze != "all":
             raise ValueError(
                 f"backend={self.backend!r} with dtype={self.dtype!r} runs a frozen encoder, and "
                 f"freeze={self.freeze!r} trains it: use freeze='all' with a CPU engine or int8, "
                 "or backend='torch' with a float dtype to train the encoder.")
-        if self.freeze == "lora":
+        if freeze == "lora":
             _lora.check_peft()
         device = _loading.resolve_device(self.device)
         # The head of a CPU engine's features trains in float32: only torch computes in autocast.
         head_dtype = self.dtype if self.backend == "torch" else "float32"
         _loading.check_dtype(head_dtype, device)
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        vectorizer = self._fit_vectorizer(texts)
-        base = vectorizer.model_  # LoRA trains adapters beside its weights, which stay as they are
-        encoder = base if self.freeze in ("all", "lora") else copy.deepcopy(base).to(device)
+        seed = _training.derive_seed(self.random_state)
+        vectorizer = self._fit_vectorizer(texts, freeze)
+        name = os.fspath(self.model)
+        _training.check_freeze(vectorizer.model_, freeze, [vectorizer.layer], name,
+                               reads_pooler=self.pooling == "pooler")
+        fitted = _Fitted(freeze, vectorizer._reference())
         extraction = Extraction((vectorizer.layer,), "mean", self.pooling, True)
-        frozen = ([] if self.freeze == "lora"
-                  else _training.frozen_modules(encoder, self.freeze, os.fspath(self.model)))
         train, valid = np.arange(len(texts)), None
         if self.early_stopping:
             train, valid = train_test_split(train, test_size=self.validation_fraction,
                                             random_state=seed, stratify=stratify)
         targets = torch.as_tensor(targets, device=device)
         features = windows = None
-        if self.freeze == "all":  # encoded once, through the vectorizer's engine and cache
+        if freeze == "all":  # encoded once, through the vectorizer's engine and cache
             features = torch.from_numpy(vectorizer.transform(texts)).to(device)
         else:
-            windows = tokenize(self.tokenizer_, texts, vectorizer._window_length(),
+            windows = tokenize(vectorizer.tokenizer_, texts, vectorizer._window_length(),
                                self.truncation)
 
-        def head_input(rows):
+        def head_input(network, rows):
             if features is not None:
                 return features[rows]
-            inputs, special = _model_inputs(self.tokenizer_, windows, rows, device)
-            return _training.pooled(encoder, inputs, special, extraction)
+            inputs, special = _model_inputs(vectorizer.tokenizer_, windows, rows, device)
+            return _training.pooled(network.encoder, inputs, special, extraction)
 
-        def batch_loss(head, rows):
+        def batch_loss(network, rows):
             with _training.autocast(device, head_dtype):
-                outputs = head(head_input(rows).float())
+                outputs = network.head(head_input(network, rows).float())
             return loss(outputs.float(), targets[rows])
 
-        def validation_score(head):
-            encoder.eval()  # no dropout; the next epoch switches the training mode back on
+        def validation_score(network):
+            network.encoder.eval()  # no dropout; the next epoch switches training mode back on
             with torch.no_grad(), _training.autocast(device, head_dtype):
                 valid_features = torch.cat([
-                    head_input(valid[start:start + self.batch_size]).float()
+                    head_input(network, valid[start:start + self.batch_size]).float()
                     for start in range(0, len(valid), self.batch_size)])
-            weight, bias = _training.head_arrays(head)
+            weight, bias = _training.head_arrays(network.head)
             outputs = valid_features.cpu().double().numpy() @ weight.T + bias
             return self._score_outputs(outputs, targets[valid].cpu().numpy())
 
-        early_stopping = None
-        if self.early_stopping:
-            early_stopping = _training.EarlyStopping(validation_score, self.n_iter_no_change)
-        n_inputs = n_features(extraction, encoder.config.hidden_size)
-        # Seeded initialization (adapters, head) and dropout; the global state is left alone.
-        with _training.seeded(seed, device):
-            if self.freeze == "lora":
-                encoder, trainable = _lora.adapted(base, os.fspath(self.model), self.lora_rank,
-                                                   self.lora_alpha, self.lora_dropout)
-            else:
-                trainable = _training.unfreeze(encoder, frozen)
-            head = _training.linear_head(encoder.config, n_inputs, n_outputs, device)
-            network = _training.Network(encoder, head, frozen, trainable)
-            step = _training.optimizer_step(
-                network, self.max_epochs * -(-len(train) // self.batch_size),
-                learning_rate=self._learning_rate, head_learning_rate=self.head_learning_rate,
-                weight_decay=self.weight_decay, warmup_ratio=self.warmup_ratio, device=device,
-                dtype=head_dtype)
-            self.loss_curve_ = _training.train(
-                network, batch_loss, step, train,
-                lengths=None if windows is None else windows.lengths,
-                batch_size=self.batch_size, max_epochs=self.max_epochs,
-                rng=np.random.RandomState(seed), early_stopping=early_stopping,
-                verbose=self.verbose)
-        encoder.eval()
-        if self.freeze == "lora":  # merged: inference costs what the base encoder costs
-            self._fitted = dataclasses.replace(self._fitted, lora_factors=_lora.factors(encoder))
-            vectorizer.model_ = _lora.merged(base, self._fitted.lora_factors)
-        elif self.freeze != "all":
-            vectorizer.model_ = encoder
-        self.n_iter_ = len(self.loss_curve_)
-        self.validation_scores_ = self.best_validation_score_ = None
-        if early_stopping is not None:
-            self.validation_scores_ = early_stopping.scores
-            self.best_validation_score_ = early_stopping.best_score
-        return _training.head_arrays(head)
+        recipe = _training.Recipe(
+            freeze, epochs, self.batch_size, self._learning_rate(freeze),
+            self.head_learning_rate, warmup, self.weight_decay,
+            lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))
+        trained = _training.fit_network(
+            vectorizer.model_, recipe, batch_loss, train, name=name, seed=seed, device=device,
+            dtype=head_dtype, n_inputs=n_features(extraction, vectorizer._config.hidden_size),
+            n_outputs=n_outputs, lengths=None if windows is None else windows.lengths,
+            validation_score=validation_score if self.early_stopping else None,
+            n_iter_no_change=self.n_iter_no_change, verbose=self.verbose)
+        if freeze != "all":
+            vectorizer.model_ = trained.model
+        return vectorizer, dataclasses.replace(fitted, lora_factors=trained.lora_factors), trained
 
-    @property
-    def _learning_rate(self):
+    def _assign(self, vectorizer, fitted, trained):
+        """Set the fitted state of a fit that succeeded, all at once (:meth:`_fit`'s output)."""
+        self._vectorizer, self._fitted = vectorizer, fitted
+        self.loss_curve_ = trained.loss_curve
+        self.n_iter_ = len(trained.loss_curve)
+        self.validation_scores_ = trained.validation_scores
+        self.best_validation_score_ = trained.best_validation_score
+
+    def _schedule(self):
+        """``(epochs, warmup)``, from ``max_epochs`` and ``warmup_ratio`` where they are set."""
+        values = {"epochs": self.epochs, "warmup": self.warmup}
+        for old, new in self._renamed.items():
+            if getattr(self, old) != "deprecated":
+                warnings.warn(
+                    f"{old} was renamed {new} (the name of every skbert fine-tuner) and will "
+                    f"be removed in the next release: use {new}={getattr(self, old)!r}.",
+                    # At the user's call: _schedule < _fit < fit < _fit_context's wrapper.
+                    FutureWarning, stacklevel=5)
+                values[new] = getattr(self, old)
+        return values["epochs"], values["warmup"]
+
+    def _learning_rate(self, freeze):
         """``learning_rate``, "auto" resolved: adapters start from zero and take larger steps
         than a pretrained encoder may (measured: benchmarks/finetune.py)."""
         if self.learning_rate != "auto":
             return self.learning_rate
-        return 2e-3 if self.freeze == "lora" else 5e-5
+        return 2e-3 if freeze == "lora" else 5e-5
 
-    def _fit_vectorizer(self, texts):
-        """Fit the vectorizer that encodes for the head and the :class:`_Fitted` record of its
-        model (the adapters come after training); return the vectorizer.
+    def _fit_vectorizer(self, texts, freeze):
+        """Fit and return the vectorizer that encodes for the head, ``layer`` checked.
 
         With ``freeze="all"`` it is what a BertVectorizer of this setting is,
         cache included. Otherwise it loads the float32 base of the training
@@ -405,18 +424,19 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         replaces after training, and caches nothing: the features of a tuned
         encoder serve no other fit.
         """
-        shared = self.freeze in ("all", "lora")
+        shared = freeze in ("all", "lora")
         vectorizer = BertVectorizer(
             self.model, pooling=self.pooling, prompt="", max_length=self.max_length,
             truncation=self.truncation, batch_size=self.batch_size,
             device=self.device if shared else "cpu",
-            dtype=self.dtype if self.freeze == "all" else "float32", backend=self.backend,
-            calibration=self.calibration, cache=self.freeze == "all", revision=self.revision,
+            dtype=self.dtype if freeze == "all" else "float32", backend=self.backend,
+            calibration=self.calibration, cache=freeze == "all", revision=self.revision,
         ).set_output(transform="default").fit(texts if self.calibration == "fit" else None)
-        self._vectorizer = vectorizer
-        vectorizer.set_params(layer=self._checked_layer())
-        self._fitted = _Fitted(self.freeze, vectorizer._reference())
-        return vectorizer
+        n_states = vectorizer.n_layers_
+        accepted = f"use an index from {-n_states} to {n_states - 1} (0 is the embedding output)"
+        (layer,) = vectorizer.set_params(layer=self.layer)._checked_layers(
+            [self.layer], accepted, self.pooling)
+        return vectorizer.set_params(layer=layer)
 
     @property
     def model_(self):
@@ -448,14 +468,6 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
             One row per text, in input order.
         """
         return self._running().transform(X)
-
-    def _checked_layer(self):
-        """``layer`` as a non-negative index into the hidden states, checked against the model
-        (with ``pooling``)."""
-        n_states = self.n_layers_
-        accepted = f"use an index from {-n_states} to {n_states - 1} (0 is the embedding output)"
-        (layer,) = self._checked_layers([self.layer], accepted, self.pooling)
-        return layer
 
 
 def _check_samples(X, y, estimator, what="texts"):
@@ -538,12 +550,12 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         lora_rank=8,
         lora_alpha=16,
         lora_dropout=0.1,
-        max_epochs=3,
+        epochs=3,
         learning_rate="auto",
         head_learning_rate=1e-2,
         batch_size=16,
         weight_decay=0.01,
-        warmup_ratio=0.1,
+        warmup=0.1,
         max_length=None,
         truncation="head",
         early_stopping=False,
@@ -558,17 +570,19 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         persist_weights=True,
         revision=None,
         verbose=False,
+        max_epochs="deprecated",
+        warmup_ratio="deprecated",
     ):
         super().__init__(
             model, layer=layer, pooling=pooling, freeze=freeze, lora_rank=lora_rank,
-            lora_alpha=lora_alpha, lora_dropout=lora_dropout, max_epochs=max_epochs,
+            lora_alpha=lora_alpha, lora_dropout=lora_dropout, epochs=epochs,
             learning_rate=learning_rate, head_learning_rate=head_learning_rate,
-            batch_size=batch_size, weight_decay=weight_decay,
-            warmup_ratio=warmup_ratio, max_length=max_length, truncation=truncation,
-            early_stopping=early_stopping, validation_fraction=validation_fraction,
-            n_iter_no_change=n_iter_no_change, random_state=random_state, device=device,
-            dtype=dtype, backend=backend, calibration=calibration,
-            persist_weights=persist_weights, revision=revision, verbose=verbose,
+            batch_size=batch_size, weight_decay=weight_decay, warmup=warmup,
+            max_length=max_length, truncation=truncation, early_stopping=early_stopping,
+            validation_fraction=validation_fraction, n_iter_no_change=n_iter_no_change,
+            random_state=random_state, device=device, dtype=dtype, backend=backend,
+            calibration=calibration, persist_weights=persist_weights, revision=revision,
+            verbose=verbose, max_epochs=max_epochs, warmup_ratio=warmup_ratio,
         )
         self.class_weight = class_weight
 
@@ -591,13 +605,16 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         import torch
 
         texts = check_texts(X)
-        encoded, weights = self._class_targets(texts, y, _loading.resolve_device(self.device))
+        classes, encoded, weights = self._class_targets(
+            texts, y, _loading.resolve_device(self.device))
 
         def loss(outputs, targets):
             return torch.nn.functional.cross_entropy(outputs, targets[:, 0], weight=weights)
 
-        self._set_head(*self._fit(texts, encoded[:, None], len(self.classes_), loss,
-                                  stratify=encoded))
+        vectorizer, fitted, trained = self._fit(texts, encoded[:, None], len(classes), loss,
+                                                stratify=encoded)
+        self._assign(vectorizer, fitted, trained)
+        self._set_head(classes, *trained.head)
         return self
 
     def _score_outputs(self, outputs, targets):
@@ -669,9 +686,7 @@ class BertRegressor(RegressorMixin, _BaseFinetuner):
         texts = check_texts(X)
         _check_samples(texts, y, "BertRegressor")
         y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
-        self._single_output = y.ndim == 1
         targets = y.reshape(len(y), -1)
-        self.n_outputs_ = targets.shape[1]
         mean, scale = targets.mean(axis=0), targets.std(axis=0)
         scale[scale == 0] = 1.0
 
@@ -679,8 +694,11 @@ class BertRegressor(RegressorMixin, _BaseFinetuner):
             return torch.nn.functional.mse_loss(outputs, batch_targets)
 
         standardized = ((targets - mean) / scale).astype(np.float32)
-        weight, bias = self._fit(texts, standardized, self.n_outputs_, loss)
+        vectorizer, fitted, trained = self._fit(texts, standardized, targets.shape[1], loss)
+        self._assign(vectorizer, fitted, trained)
+        self._single_output, self.n_outputs_ = y.ndim == 1, targets.shape[1]
         # Fold the standardization into the head: predictions come out in target units.
+        weight, bias = trained.head
         self.coef_, self.intercept_ = weight * scale[:, None], bias * scale + mean
         return self
 

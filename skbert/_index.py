@@ -13,6 +13,13 @@ import os
 import numpy as np
 
 
+def unit_rows(vectors, dtype=np.float32):
+    """The rows of ``vectors`` as ``dtype``, scaled to unit L2 norm (a zero row stays zero)."""
+    vectors = np.asarray(vectors, dtype=dtype)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, np.finfo(dtype).tiny)
+
+
 class FloatIndex:
     """The corpus rows as they are, float32: exact inner products."""
 

@@ -15,6 +15,7 @@ import importlib.util
 import itertools
 import json
 import os
+import reprlib
 import threading
 import warnings
 import weakref
@@ -405,6 +406,8 @@ def check_reference(loaded, fingerprint, tokenizer_fingerprint, source, revision
             )
 
 
+# The file of a sentence-transformers folder whose max_seq_length is its window.
+SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
 # sentence-transformers pooling modes -> skbert pooling names.
 _ST_POOLINGS = {"cls": "cls", "mean": "mean", "max": "max",
                 "mean_sqrt_len_tokens": "mean_sqrt_len", "lasttoken": "last",
@@ -423,7 +426,10 @@ class SentenceConfig:
 
     ``pooling`` is a skbert pooling name (None: no Pooling module), ``problem``
     says why skbert cannot reproduce the folder's embedding, if it cannot (a
-    Dense module, weighted-mean pooling, ...).
+    Dense module, weighted-mean pooling, ...). ``max_seq_length`` is the value
+    of ``sentence_bert_config.json`` as the file has it, unchecked (None: no
+    such file or key): :func:`window_of_folder` checks it where it is used,
+    so that a bad value stops only the estimators that read it.
     """
 
     pooling: str | None = None
@@ -432,6 +438,7 @@ class SentenceConfig:
     prompts: dict = field(default_factory=dict)
     default_prompt_name: str | None = None
     problem: str | None = None
+    max_seq_length: object = None
 
 
 def _read_json(source, revision, name):
@@ -481,5 +488,29 @@ def sentence_config(source, revision=None):
     if problems:
         problem = (f"its sentence-transformers pipeline has {' and '.join(problems)}, which "
                    "skbert does not compute")
+    window = _read_json(source, revision, SENTENCE_BERT_CONFIG)
+    # A file that is not an object is malformed: kept whole for window_of_folder to refuse.
+    window = window.get("max_seq_length") if isinstance(window, dict) else window
     return SentenceConfig(pooling, normalize, include_prompt, prompts, default_prompt_name,
-                          problem)
+                          problem, window)
+
+
+def window_of_folder(sentence, source, limit):
+    """The window that the sentence-transformers folder ``source`` sets, as
+    sentence-transformers reads it: its ``max_seq_length`` (``sentence``, a
+    :class:`SentenceConfig`) capped at the model's ``limit`` of tokens; None when the folder
+    sets none.
+
+    The value comes from a file: anything but a positive int is an error that names the file
+    and the value, rather than a window that silently differs from sentence-transformers'.
+    """
+    value = sentence.max_seq_length
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(
+            f"{SENTENCE_BERT_CONFIG} of {source!r} has max_seq_length={reprlib.repr(value)}; "
+            "expected a positive int (the tokens per window of the model, special tokens "
+            "included). Pass max_length to choose the window yourself."
+        )
+    return min(value, int(limit))

@@ -101,8 +101,10 @@ def merged(model, found):
         base = getattr(parent, child)
         weight = base.weight.detach()
         delta = torch.from_numpy(b) @ torch.from_numpy(a) * scaling
-        linear = torch.nn.Linear(base.in_features, base.out_features, bias=base.bias is not None,
-                                 device=weight.device, dtype=weight.dtype)
+        # Not initialized (its weight is overwritten): no draw from torch's random state.
+        linear = torch.nn.utils.skip_init(torch.nn.Linear, base.in_features, base.out_features,
+                                          bias=base.bias is not None, device=weight.device,
+                                          dtype=weight.dtype)
         with torch.no_grad():
             linear.weight.copy_(weight + delta.to(weight))
             if base.bias is not None:

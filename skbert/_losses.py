@@ -24,7 +24,7 @@ gradient, under the random state of its first pass (the same dropout), so a
 large batch's negatives fit in the memory of a mini-batch.
 """
 
-import contextlib
+from skbert import _training
 
 
 def _unit(vectors):
@@ -84,27 +84,6 @@ def supcon(columns, targets, scale):
 LOSSES = {"in_batch": in_batch, "cosent": cosent, "cosine": cosine, "supcon": supcon}
 
 
-def _rng_state(device):
-    import torch
-
-    return (torch.get_rng_state(),
-            torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
-
-
-@contextlib.contextmanager
-def _replayed(state, device):
-    """Run under the random state ``state`` (:func:`_rng_state`); the state after is left as
-    it was before."""
-    import torch
-
-    cuda = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda):
-        torch.set_rng_state(state[0])
-        if state[1] is not None:
-            torch.cuda.set_rng_state(state[1], device)
-        yield
-
-
 def cached(embed, chunks, loss_of, device):
     """``loss_of(embeddings)`` with gradient caching: a loss tensor whose backward pass sends
     its gradient into the encoder, mini-batch by mini-batch.
@@ -126,7 +105,7 @@ def cached(embed, chunks, loss_of, device):
     states, parts = [], []
     with torch.no_grad():
         for chunk in chunks:
-            states.append(_rng_state(device))
+            states.append(_training.random_state(device))
             parts.append(embed(chunk))
     embeddings = torch.cat(parts).requires_grad_()
     with torch.enable_grad():
@@ -138,7 +117,7 @@ def cached(embed, chunks, loss_of, device):
     def backward(grad_output):  # grad_output: 1, or the loss scale of float16
         with torch.enable_grad():
             for chunk, state, part_gradient in zip(chunks, states, gradients):
-                with _replayed(state, device):
+                with _training.seeded(state, device):
                     surrogate = (embed(chunk) * part_gradient).sum()
                 (surrogate * grad_output).backward()
 

@@ -8,7 +8,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
-from skbert._index import INDEXES, top_k_blocked
+from skbert._index import INDEXES, top_k_blocked, unit_rows
 from skbert._validation import _items, _where, check_texts
 from skbert._words import check_words, frame_rows, reads_words
 
@@ -18,25 +18,39 @@ def _fitted(vectorizer, texts):
     return vectorizer if _prefit(vectorizer) else clone(vectorizer).fit(texts)
 
 
+def _unfrozen(estimator):
+    """The estimator inside :class:`sklearn.frozen.FrozenEstimator` wrappers, or
+    ``estimator`` itself: what to ask what it is (which samples it reads, whether it is
+    used fitted)."""
+    from sklearn.frozen import FrozenEstimator
+
+    while isinstance(estimator, FrozenEstimator):
+        estimator = estimator.estimator
+    return estimator
+
+
 def _prefit(vectorizer):
-    """Whether ``vectorizer`` is used as it is, fitted: it learns from other data than the
-    texts it encodes (a :class:`skbert.FineTunedVectorizer`, which says so with
+    """Whether ``vectorizer`` is used as it is, fitted: a
+    :class:`sklearn.frozen.FrozenEstimator`, or an estimator that learns from other data than
+    the texts it encodes (a :class:`skbert.FineTunedVectorizer`, which says so with
     ``_used_fitted``). Refuses one that is not fitted."""
-    if not getattr(vectorizer, "_used_fitted", False):
+    inner = _unfrozen(vectorizer)
+    if inner is vectorizer and not getattr(vectorizer, "_used_fitted", False):
         return False
     try:
-        check_is_fitted(vectorizer)
+        check_is_fitted(inner)
     except NotFittedError:
+        name = type(inner).__name__
+        if inner is not vectorizer:
+            raise NotFittedError(f"FrozenEstimator({name}) is used as it is, and the {name} "
+                                 "in it is not fitted: fit it first.") from None
         raise NotFittedError(
-            f"{type(vectorizer).__name__} learns from its own training data (pairs, labels), "
-            "not from the texts it encodes here: fit it first, then pass it fitted.") from None
+            f"{name} learns from its own training data (pairs, labels), not from the texts it "
+            "encodes here: fit it first and pass it fitted, wrapped in "
+            "sklearn.frozen.FrozenEstimator wherever the estimator it is in is cloned "
+            "(cross_val_score, GridSearchCV, TunedThresholdClassifierCV): a clone of a "
+            f"fitted {name} is not fitted.") from None
     return True
-
-
-def _unit_rows(vectors):
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, np.finfo(np.float32).tiny)
 
 
 class SimilaritySearch(BaseEstimator):
@@ -49,7 +63,11 @@ class SimilaritySearch(BaseEstimator):
         transformer or Pipeline fitted on the corpus (e.g. BertVectorizer
         followed by ``PCA(whiten=True)``). It is cloned and fitted at ``fit``,
         but for a fitted :class:`~skbert.FineTunedVectorizer`, which learned
-        from its own pairs or labels and is used as it is.
+        from its own pairs or labels, and a
+        :class:`sklearn.frozen.FrozenEstimator`, both used as they are. Where
+        the search itself is cloned (``cross_val_score``, ``GridSearchCV``),
+        pass ``FrozenEstimator(tuned)``: a clone of a fitted
+        FineTunedVectorizer is not fitted, a FrozenEstimator's clone is itself.
         None means ``fit`` and the queries take vectors (2-D arrays).
     query_vectorizer : transformer or None, default=None
         Turns query texts into vectors, for models that encode queries and
@@ -89,9 +107,11 @@ class SimilaritySearch(BaseEstimator):
     Attributes
     ----------
     vectorizer_ : transformer or None
-        The fitted clone of ``vectorizer``.
+        The fitted clone of ``vectorizer``, or ``vectorizer`` itself where it
+        is used as it is.
     query_vectorizer_ : transformer or None
-        The fitted clone of ``query_vectorizer``.
+        The fitted clone of ``query_vectorizer``, or ``query_vectorizer``
+        itself where it is used as it is.
     n_samples_fit_ : int
         Number of corpus rows.
     index_bytes_ : int
@@ -163,7 +183,7 @@ class SimilaritySearch(BaseEstimator):
                 vectors = self.vectorizer_.fit_transform(X)
             self.query_vectorizer_ = (None if self.query_vectorizer is None
                                       else _fitted(self.query_vectorizer, X))
-        unit = _unit_rows(vectors)
+        unit = unit_rows(vectors)
         self.n_samples_fit_, self._n_features = unit.shape
         if self.backend == "faiss":
             self._index = _faiss_index(unit)
@@ -181,7 +201,7 @@ class SimilaritySearch(BaseEstimator):
             source = "Queries" if encoder is None else "The query vectorizer's vectors"
             raise ValueError(f"{source} have {vectors.shape[1]} features, the corpus has "
                              f"{self._n_features}.")
-        return _unit_rows(vectors)
+        return unit_rows(vectors)
 
     def _top_k(self, queries, k):
         if self.backend == "faiss":
@@ -315,7 +335,12 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
     vectorizer : transformer
         Turns texts into vectors; cloned and fitted on every text of the pairs
         at ``fit`` (so learned post-processing such as whitening fits on them),
-        but for a fitted :class:`skbert.FineTunedVectorizer`, used as it is.
+        but for a fitted :class:`skbert.FineTunedVectorizer` and a
+        :class:`sklearn.frozen.FrozenEstimator`, both used as they are. Where
+        this estimator is cloned (``cross_val_score``, ``GridSearchCV``,
+        ``TunedThresholdClassifierCV``), pass ``FrozenEstimator(tuned)``: a
+        clone of a fitted FineTunedVectorizer is not fitted, a
+        FrozenEstimator's clone is itself.
         With a :class:`skbert.BertWordVectorizer` (or a Pipeline that starts
         with one), a row of ``X`` is a pair of word samples, ``((words1, i1),
         (words2, i2))`` or ``((text1, start1, end1), (text2, start2,
@@ -330,7 +355,8 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     vectorizer_ : transformer
-        The fitted clone of ``vectorizer``.
+        The fitted clone of ``vectorizer``, or ``vectorizer`` itself where it
+        is used as it is.
 
     Examples
     --------
@@ -357,7 +383,7 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
 
     def _pairs(self, X):
         """Text pairs, or pairs of word samples where the vectorizer reads words."""
-        if reads_words(self.vectorizer):
+        if reads_words(_unfrozen(self.vectorizer)):
             return _word_pairs(X)
         pairs = check_texts(X)
         if pairs and not isinstance(pairs[0], tuple):
@@ -402,7 +428,7 @@ class PairSimilarity(TransformerMixin, BaseEstimator):
         left = vectors[[row[a] for a, _ in pairs]]
         right = vectors[[row[b] for _, b in pairs]]
         if self.metric == "cosine":
-            left, right = _unit_rows(left).astype(np.float64), _unit_rows(right).astype(np.float64)
+            left, right = unit_rows(left, np.float64), unit_rows(right, np.float64)
         if self.metric in ("cosine", "dot"):
             return np.einsum("ij,ij->i", left, right)
         order = 2 if self.metric == "euclidean" else 1

@@ -11,20 +11,81 @@ rows after each epoch and returns to the weights of the best epoch
 (:class:`EarlyStopping`). The loop knows nothing of texts or estimators: the
 caller gives it the loss of a batch of rows and the score of the head on the
 held-out rows.
+
+:func:`fit_network` is the one skeleton every fine-tuner trains through: the
+trainable encoder prepared (a private copy with ``freeze``'s modules frozen,
+LoRA adapters beside the shared weights, or the shared encoder frozen
+whole), the head, the optimizer, the loop, the adapters merged; it returns a
+:class:`Trained` record and assigns nothing, so that an estimator sets its
+fitted state once, after everything succeeded. Seeded training holds one
+process-wide lock (:func:`seeded`): torch's dropout draws from the global
+random state, so fits in threads run one at a time and give what they give
+alone.
 """
 
 import contextlib
+import copy
+import threading
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 
 from skbert import _loading
+from skbert._compat import Interval, StrOptions
+
+# ``freeze`` in every fine-tuner ("none" is None; FineTunedVectorizer refuses "all" at fit).
+FREEZE_CONSTRAINT = [None, StrOptions({"none", "embeddings", "all", "lora"}),
+                     Interval(Integral, 0, None, closed="left")]
+
+_OR_ALL = " or 'all'"
+
+# Seeded training sets torch's global random state, which dropout draws from: one at a time.
+_TRAINING = threading.RLock()
 
 
-def frozen_modules(encoder, freeze, name):
+def derive_seed(random_state):
+    """The int seed of a fit, drawn from ``random_state`` as scikit-learn's estimators draw."""
+    from sklearn.utils import check_random_state
+
+    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def check_freeze(encoder, freeze, layers, name, *, allow_all=True, reads_pooler=False):
+    """Refuse a ``freeze`` under which nothing that ``layers`` read trains, before training.
+
+    ``freeze`` is resolved ("none" is None); ``layers`` are the non-negative
+    hidden-state indices the estimator reads (0 is the embedding output),
+    ``reads_pooler`` whether it reads the pooler above them (which no int
+    freezes), and ``allow_all`` whether the estimator takes "all" (a head
+    alone on the frozen encoder). ``name`` is the model's id or path, for the
+    message.
+    """
+    if freeze in (None, "all"):
+        return
+    deepest, n_layers = max(layers), encoder.config.num_hidden_layers
+    n_frozen = 0 if freeze in ("embeddings", "lora") else freeze
+    if deepest <= n_frozen and not (reads_pooler and n_frozen <= n_layers):
+        kind = ("adapts the attention of the encoder's layers" if freeze == "lora" else
+                f"freezes the embeddings and the bottom {n_frozen} layers ({name!r} has "
+                f"{n_layers})")
+        ints = (f"an int from 0 to {deepest - 1}, 'embeddings', " if deepest > 1
+                else "'embeddings', " if deepest == 1 else "")
+        raise ValueError(
+            f"freeze={freeze!r} {kind}, and the estimator reads hidden state(s) "
+            f"{list(layers)} of {name!r} (0 is the embedding output): nothing that is read "
+            f"would train. Use {ints}{'' if deepest == 0 else repr('lora') + ' or '}None"
+            + (", or 'all' to train the head alone on the frozen encoder." if allow_all
+               else "."))
+    if freeze != "lora":
+        frozen_modules(encoder, freeze, name, allow_all)  # the model's structure, checked
+
+
+def frozen_modules(encoder, freeze, name, allow_all=True):
     """The modules that ``freeze`` names: embeddings and the bottom k layers, or all.
 
-    ``name`` is the model's id or path, for the error message.
+    ``name`` is the model's id or path, and ``allow_all`` whether the
+    estimator takes "all", for the error messages.
     """
     import torch
 
@@ -42,12 +103,13 @@ def frozen_modules(encoder, freeze, name):
         raise ValueError(
             f"freeze={freeze!r} needs the embeddings and the list of layers of the "
             f"model, and {type(encoder).__name__} does not expose them as BERT does; "
-            "use freeze=None or 'all'."
+            f"use freeze=None, 'lora'{_OR_ALL if allow_all else ''}."
         )
     if n_frozen > n_layers:
         raise ValueError(
             f"freeze={freeze!r} exceeds the {n_layers} layers of {name!r}: use None, "
-            f"'embeddings', an int from 0 to {n_layers} or 'all'."
+            f"'embeddings', 'lora', an int from 0 to {n_layers - 1}"
+            f"{_OR_ALL if allow_all else ''}."
         )
     return [embeddings, *layers[:n_frozen]]
 
@@ -176,28 +238,43 @@ class Network:
         self.head.load_state_dict({name: weights[name] for name in self.head.state_dict()})
 
 
+def random_state(device):
+    """torch's random state now (CPU, and ``device`` if CUDA), for :func:`seeded` to replay."""
+    import torch
+
+    return (torch.get_rng_state(),
+            torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
 @contextlib.contextmanager
 def seeded(seed, device):
-    """Seed torch's random state (CPU, and ``device`` if CUDA) for the duration.
+    """Run under torch's random state seeded by ``seed`` (an int), or replaying a state of
+    :func:`random_state` (the same dropout again, as gradient caching needs).
 
     The global state is restored on exit, so that fitting leaves the user's
-    random streams alone.
+    random streams alone; the process-wide training lock is held meanwhile, so
+    that another thread's seeded fit cannot draw from the same state.
     """
     import torch
 
     cuda = [] if device.type != "cuda" else [
         torch.cuda.current_device() if device.index is None else device.index]
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(seed)
+    with _TRAINING, torch.random.fork_rng(devices=cuda):
+        if isinstance(seed, Integral):
+            torch.manual_seed(seed)
+        else:
+            torch.set_rng_state(seed[0])
+            if seed[1] is not None:
+                torch.cuda.set_rng_state(seed[1], device)
         yield
 
 
 def optimizer_step(network, n_steps, *, learning_rate, head_learning_rate, weight_decay,
-                   warmup_ratio, device, dtype, max_grad_norm=None):
+                   warmup, device, dtype, max_grad_norm=None):
     """A function that takes one AdamW step on a loss and returns the loss as a float.
 
     The encoder's trainable parameters and the head's have their own peak
-    learning rates, which rise linearly from 0 over ``warmup_ratio`` of the
+    learning rates, which rise linearly from 0 over ``warmup`` (a fraction) of the
     ``n_steps`` steps and then fall linearly to 0 at the last one. float16 on
     CUDA scales the loss, so that small gradients do not underflow. With
     ``max_grad_norm`` the gradients are clipped to that total norm first, as
@@ -216,7 +293,7 @@ def optimizer_step(network, n_steps, *, learning_rate, head_learning_rate, weigh
     # per-tensor loop took as long as the backward pass of all-MiniLM-L6-v2 on a CPU.
     optimizer = torch.optim.AdamW([group for group in groups if group["params"]],
                                   fused=device.type in ("cpu", "cuda"))
-    scheduler = get_linear_schedule_with_warmup(optimizer, round(warmup_ratio * n_steps),
+    scheduler = get_linear_schedule_with_warmup(optimizer, round(warmup * n_steps),
                                                 n_steps)
     scaler = torch.amp.GradScaler(device.type,
                                   enabled=dtype == "float16" and device.type == "cuda")
@@ -264,11 +341,11 @@ def shuffled_batches(indices, lengths, batch_size, rng, group=8):
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def run_epoch(head, batches, batch_loss, step, progress):
+def run_epoch(network, batches, batch_loss, step, progress):
     """One optimizer step per batch; returns the mean loss over the epoch's rows."""
     total, seen = 0.0, 0
     for rows in batches:
-        total += step(batch_loss(head, rows)) * len(rows)
+        total += step(batch_loss(network, rows)) * len(rows)
         seen += len(rows)
         progress.update(1)
         progress.set_postfix(loss=f"{total / seen:.4f}")
@@ -281,8 +358,8 @@ class EarlyStopping:
     Parameters
     ----------
     validation_score : callable
-        ``validation_score(head)``: the score of the head (in eval mode) on
-        the held-out rows; higher is better.
+        ``validation_score(network)``: the score of the network (its head in
+        eval mode) on the held-out rows; higher is better.
     n_iter_no_change : int
         Epochs without a better score before stopping.
     """
@@ -296,7 +373,7 @@ class EarlyStopping:
     def should_stop(self, network):
         """Score ``network`` after an epoch, keep its weights if best; whether to stop now."""
         network.head.eval()
-        score = self.validation_score(network.head)
+        score = self.validation_score(network)
         self.scores.append(score)
         if self.best_weights is None or score > self.best_score:
             self.best_score, self.best_weights, self._n_worse = score, network.weights(), 0
@@ -314,7 +391,7 @@ def train(network, batch_loss, step, rows, *, lengths, batch_size, max_epochs, r
     network : Network
         What trains; set to training mode at the start of every epoch.
     batch_loss : callable
-        ``batch_loss(head, rows)``: the loss tensor of a batch of rows.
+        ``batch_loss(network, rows)``: the loss tensor of a batch of rows.
     step : callable
         One optimizer step on a loss, from :func:`optimizer_step`.
     rows : ndarray of int
@@ -352,7 +429,7 @@ def train(network, batch_loss, step, rows, *, lengths, batch_size, max_epochs, r
                          else batches(rows, rng))
         with progress_bar(verbose, total=len(epoch_batches),
                           desc=f"epoch {epoch + 1}/{max_epochs}", unit="batch") as progress:
-            loss_curve.append(run_epoch(network.head, epoch_batches, batch_loss, step, progress))
+            loss_curve.append(run_epoch(network, epoch_batches, batch_loss, step, progress))
             if early_stopping is None:
                 continue
             stop = early_stopping.should_stop(network)
@@ -363,3 +440,100 @@ def train(network, batch_loss, step, rows, *, lengths, batch_size, max_epochs, r
     if early_stopping is not None:  # back to the epoch with the best validation score
         network.restore(early_stopping.best_weights)
     return loss_curve
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a fine-tuner trains: what of the encoder is frozen, its adapters, the optimizer.
+
+    ``freeze`` is resolved ("none" is None); ``lora`` is ``(rank, alpha,
+    dropout)``; rates and ``warmup`` are as :func:`optimizer_step` takes them.
+    """
+
+    freeze: object
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    head_learning_rate: float
+    warmup: float
+    weight_decay: float
+    max_grad_norm: object = None
+    lora: tuple = (8, 16, 0.1)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What :func:`fit_network` trained, for the estimator to assign as its fitted state.
+
+    ``model`` is the encoder inference runs (the adapters merged into a tree
+    sharing the base weights, the tuned private copy, or the base itself when
+    frozen whole), ``head`` the head's ``(weight, bias)`` float64 arrays (None
+    without a head), ``lora_factors`` the adapters of ``freeze="lora"``.
+    """
+
+    model: object
+    head: object
+    loss_curve: list
+    lora_factors: object = None
+    validation_scores: object = None
+    best_validation_score: object = None
+
+
+def fit_network(base, recipe, batch_loss, rows, *, name, seed, device, dtype, n_inputs=None,
+                n_outputs=None, lengths=None, batches=None, n_steps=None,
+                validation_score=None, n_iter_no_change=None, merge_into=None, verbose=False):
+    """Train ``base`` (with a linear head of ``n_inputs`` to ``n_outputs``, if given) by
+    ``recipe``: the one training skeleton of skbert's fine-tuners.
+
+    ``base`` is never written: a private copy on ``device`` trains, LoRA's
+    adapters train beside its weights, or (``freeze="all"``) it is the fixed
+    function under the head. ``batch_loss(network, rows)``, ``rows``,
+    ``lengths`` and ``batches`` are :func:`train`'s, the epochs and batch
+    size the recipe's (``n_steps``: the steps of the schedule, when
+    ``batches`` draws other than ``batch_size`` rows a step); with
+    ``validation_score`` early stopping returns to the best epoch. LoRA's
+    adapters are merged into ``merge_into`` (default: ``base``), the model
+    inference runs, sharing its weights. Initialization (adapters, head) and
+    dropout are seeded by ``seed`` under the training lock; torch's global
+    random state is left as it was. Returns a :class:`Trained`; an exception
+    leaves nothing behind.
+    """
+    import torch
+
+    from skbert import _lora
+
+    freeze = recipe.freeze
+    if n_steps is None:
+        n_steps = recipe.epochs * -(-len(rows) // recipe.batch_size)
+    with seeded(seed, device):
+        if freeze == "lora":
+            encoder, trainable = _lora.adapted(base, name, *recipe.lora)
+            frozen = []
+        else:
+            encoder = base if freeze == "all" else copy.deepcopy(base).to(device)
+            frozen = frozen_modules(encoder, freeze, name)
+            trainable = unfreeze(encoder, frozen)
+        head = (torch.nn.Identity() if n_outputs is None
+                else linear_head(encoder.config, n_inputs, n_outputs, device))
+        network = Network(encoder, head, frozen, trainable)
+        step = optimizer_step(
+            network, n_steps, learning_rate=recipe.learning_rate,
+            head_learning_rate=recipe.head_learning_rate, weight_decay=recipe.weight_decay,
+            warmup=recipe.warmup, device=device, dtype=dtype,
+            max_grad_norm=recipe.max_grad_norm)
+        early_stopping = (None if validation_score is None
+                          else EarlyStopping(validation_score, n_iter_no_change))
+        loss_curve = train(network, batch_loss, step, rows, lengths=lengths,
+                           batch_size=recipe.batch_size, max_epochs=recipe.epochs,
+                           rng=np.random.RandomState(seed), early_stopping=early_stopping,
+                           verbose=verbose, batches=batches)
+        encoder.eval()
+        factors = None
+        if freeze == "lora":  # merged: inference costs what the base encoder costs
+            factors = _lora.factors(encoder)
+            model = _lora.merged(base if merge_into is None else merge_into, factors)
+        else:
+            model = encoder if freeze == "all" else encoder.requires_grad_(False)
+    return Trained(model, None if n_outputs is None else head_arrays(head), loss_curve, factors,
+                   None if early_stopping is None else early_stopping.scores,
+                   None if early_stopping is None else early_stopping.best_score)

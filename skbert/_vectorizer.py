@@ -81,7 +81,16 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         (Matryoshka models carry most of their signal in the first
         dimensions). None keeps them all.
     max_length : int or None, default=None
-        Tokens per window, special tokens included. None is the model's limit.
+        Tokens per window, special tokens included. None is the model's limit
+        or, for a sentence-transformers folder, the ``max_seq_length`` of its
+        ``sentence_bert_config.json`` (capped at that limit), as
+        sentence-transformers reads it: 256 for all-MiniLM-L6-v2, whose
+        position embeddings reach 512. The folder's window applies whatever
+        ``pooling`` and ``norm`` are, since it is part of the model as trained
+        and sentence-transformers always uses it; a value other than a
+        positive int there is an error at ``fit`` (give ``max_length`` to
+        choose the window instead). Windows of another length give other
+        token ids, hence other cache entries.
     truncation : {"head", "tail", "head_tail", "chunks"}, default="head"
         What happens to text longer than ``max_length``. "head" keeps the
         first tokens, "tail" the last ones, "head_tail" a quarter of the text
@@ -374,7 +383,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         folders hold: the weights (safetensors) and tokenizer at its root,
         ``modules.json`` (Transformer, Pooling and, when ``norm_`` is "l2",
         Normalize), ``sentence_bert_config.json`` (``max_seq_length``: the
-        window, ``max_length`` or the model's limit, also written as the
+        window in use, ``max_length`` or what None reads, also written as the
         tokenizer's ``model_max_length``), ``1_Pooling/config.json``
         (``pooling_`` and whether the prompt takes part in pooling) and
         ``config_sentence_transformers.json`` (the prompts of the model's own

@@ -11,15 +11,12 @@ BertWordVectorizer over the tuned weights (or, with ``freeze="all"``, the
 frozen encoder and its cache) computes the head's input at inference.
 """
 
-import copy
-import dataclasses
 import os
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.metrics import accuracy_score
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from skbert import _loading, _lora, _training, _words
@@ -51,7 +48,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
     ``class_weight``), as transformers' token-classification scripts
     compute it; a sentence with 20 labelled words is one row of the batch,
     not 20. AdamW (weight decay 0.01, none on biases and LayerNorm), a
-    linear warm-up over a tenth of the steps and decay to 0, gradients clipped
+    linear warm-up over ``warmup`` of the steps and decay to 0, gradients clipped
     to norm 1.0, one learning rate for the encoder and the head.
 
     What a fit built stays as it was until the next fit: :meth:`predict`,
@@ -69,7 +66,8 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
     freeze : "none", None, "embeddings", int, "all" or "lora", default="none"
         What does not train: "none" (or None) trains everything,
         "embeddings" freezes the embedding layer, an int k the embeddings and
-        the bottom k layers; "all" the whole encoder, so that only the head
+        the bottom k layers (fewer than the deepest ``layer``: one under which
+        nothing read would train is refused at fit); "all" the whole encoder, so that only the head
         trains, on the features of a BertWordVectorizer of the same setting,
         from its cache (a grid over the head's settings, ``layer`` or
         ``subword_pooling`` runs each sentence through the encoder once);
@@ -100,6 +98,8 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         script defaults of 3 epochs at 5e-5 only matched the best frozen
         layer of all-MiniLM-L6-v2, while 6 epochs at 1e-4 beat it
         (``benchmarks/words_finetune.py``).
+    warmup : float, default=0.1
+        Fraction of the steps over which the learning rate rises from 0.
     max_length : int or None, default=None
         Tokens per window, special tokens included (None: the model's
         limit); a longer sentence is read in windows centred on its targets,
@@ -110,7 +110,9 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Seeds the batches, the dropout and the head's (and adapters')
         initialization: the same seed gives the same weights bit for bit on
-        the CPU.
+        the CPU, in a thread too (seeded training holds a process-wide lock:
+        fits in threads train one at a time). torch's global random state is
+        left as it was.
     device : str, default="auto"
         Where training and inference run: "auto" (CUDA, then MPS, else the
         CPU), "cpu", "cuda", "cuda:N" or "mps".
@@ -167,8 +169,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
 
     _parameter_constraints: dict = {
         "model": [str, os.PathLike],
-        "freeze": [None, StrOptions({"none", "embeddings", "all", "lora"}),
-                   Interval(Integral, 0, None, closed="left")],
+        "freeze": _training.FREEZE_CONSTRAINT,
         "layer": [Integral, list, tuple],
         "layer_combine": [StrOptions({"mean", "sum", "concat"})],
         "subword_pooling": [StrOptions(set(_words.SUBWORD_POOLINGS))],
@@ -178,6 +179,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         "epochs": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "warmup": [Interval(Real, 0, 1, closed="both")],
         "max_length": [Interval(Integral, 2, None, closed="left"), None],
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "random_state": ["random_state"],
@@ -201,6 +203,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         epochs="auto",
         batch_size=16,
         learning_rate="auto",
+        warmup=0.1,
         max_length=None,
         class_weight=None,
         random_state=None,
@@ -220,6 +223,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         self.epochs = epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
+        self.warmup = warmup
         self.max_length = max_length
         self.class_weight = class_weight
         self.random_state = random_state
@@ -255,80 +259,68 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
             _lora.check_peft()
         device = _loading.resolve_device(self.device)
         _loading.check_dtype(self.dtype, device)
-        encoded, weights = self._class_targets(samples, y, device)
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        classes, encoded, weights = self._class_targets(samples, y, device)
+        seed = _training.derive_seed(self.random_state)
         vectorizer = self._fit_vectorizer(freeze)
+        layers = vectorizer._layers("mean")
+        name = os.fspath(self.model)
+        _training.check_freeze(vectorizer.model_, freeze, layers, name)
+        reference = vectorizer._reference()  # of the base model, before the tuned one replaces it
         labels = torch.as_tensor(encoded, device=device)
         # The rows of training are windows (sentences), each with the samples it holds.
-        alignment = _words.align(self.tokenizer_, samples, vectorizer._window_length(),
+        alignment = _words.align(vectorizer.tokenizer_, samples, vectorizer._window_length(),
                                  vectorizer if freeze == "all" else None)
         n_rows = len(alignment.windows)
         by_row = np.argsort(alignment.window, kind="stable")
         bounds = np.searchsorted(alignment.window[by_row], np.arange(n_rows + 1))
         if freeze == "all":  # encoded once, through the vectorizer's engine and cache
             features = torch.from_numpy(vectorizer.transform(samples)).to(device)
-        else:
-            layers = vectorizer._layers("mean")
-        base = vectorizer.model_
-        encoder = base if freeze in ("all", "lora") else copy.deepcopy(base).to(device)
 
-        def head_input(rows):
+        def head_input(network, rows):
             """The head's input for the samples of ``rows`` (windows), and those samples."""
             targets = np.concatenate([by_row[bounds[row]:bounds[row + 1]] for row in rows])
             if freeze == "all":
                 return features[targets], targets
-            inputs, _ = _model_inputs(self.tokenizer_, alignment.windows, rows, device)
-            _, merged = _training.token_states(encoder, inputs, layers, self.layer_combine)
+            inputs, _ = _model_inputs(vectorizer.tokenizer_, alignment.windows, rows, device)
+            _, merged = _training.token_states(network.encoder, inputs, layers,
+                                               self.layer_combine)
             owner = np.repeat(np.arange(len(rows)), bounds[rows + 1] - bounds[rows])
             subwords, starts, counts = _words.subword_rows(
                 np.full(len(rows), merged.shape[1]), owner, alignment.spans[targets])
             tokens = merged.reshape(-1, merged.shape[2])[torch.from_numpy(subwords).to(device)]
             return _words.pool_subwords(tokens, starts, counts, self.subword_pooling), targets
 
-        def batch_loss(head, rows):
+        def batch_loss(network, rows):
             with _training.autocast(device, self.dtype):
-                inputs, targets = head_input(rows)
-                outputs = head(inputs.float())
+                inputs, targets = head_input(network, rows)
+                outputs = network.head(inputs.float())
             return torch.nn.functional.cross_entropy(outputs.float(), labels[targets],
                                                      weight=weights)
 
         n_batches = -(-n_rows // self.batch_size)
-        self.epochs_ = self.epochs if self.epochs != "auto" else \
+        epochs = self.epochs if self.epochs != "auto" else \
             max(_AUTO_EPOCHS, -(-_AUTO_STEPS // n_batches))
-        self.learning_rate_ = self.learning_rate if self.learning_rate != "auto" else \
+        learning_rate = self.learning_rate if self.learning_rate != "auto" else \
             _AUTO_RATES.get(freeze, _AUTO_RATE)
-        with _training.seeded(seed, device):
-            if freeze == "lora":
-                frozen = []
-                encoder, trainable = _lora.adapted(base, os.fspath(self.model), self.lora_rank,
-                                                   self.lora_alpha, self.lora_dropout)
-            else:
-                frozen = _training.frozen_modules(encoder, freeze, os.fspath(self.model))
-                trainable = _training.unfreeze(encoder, frozen)
-            head = _training.linear_head(encoder.config, vectorizer._width(),
-                                         len(self.classes_), device)
-            network = _training.Network(encoder, head, frozen, trainable)
-            step = _training.optimizer_step(
-                network, self.epochs_ * n_batches, learning_rate=self.learning_rate_,
-                head_learning_rate=self.learning_rate_, weight_decay=0.01, warmup_ratio=0.1,
-                device=device, dtype=self.dtype, max_grad_norm=1.0)
-            self.loss_curve_ = _training.train(
-                network, batch_loss, step, np.arange(n_rows),
-                lengths=None if freeze == "all" else alignment.windows.lengths,
-                batch_size=self.batch_size, max_epochs=self.epochs_,
-                rng=np.random.RandomState(seed), verbose=self.verbose)
-        encoder.eval()
-        if freeze == "lora":  # merged: inference costs what the base encoder costs
-            self._fitted = dataclasses.replace(self._fitted, lora_factors=_lora.factors(encoder))
-            vectorizer.model_ = _lora.merged(base, self._fitted.lora_factors)
-        elif freeze != "all":
-            vectorizer.model_ = encoder.requires_grad_(False)
-        self._set_head(*_training.head_arrays(head))
+        recipe = _training.Recipe(freeze, epochs, self.batch_size, learning_rate, learning_rate,
+                                  self.warmup, weight_decay=0.01, max_grad_norm=1.0,
+                                  lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))
+        trained = _training.fit_network(
+            vectorizer.model_, recipe, batch_loss, np.arange(n_rows), name=name, seed=seed,
+            device=device, dtype=self.dtype, n_inputs=vectorizer._width(),
+            n_outputs=len(classes),
+            lengths=None if freeze == "all" else alignment.windows.lengths, verbose=self.verbose)
+        if freeze != "all":
+            vectorizer.model_ = trained.model
+        self._vectorizer = vectorizer
+        self._fitted = _Fitted(freeze, reference, trained.lora_factors)
+        self.epochs_, self.learning_rate_ = epochs, learning_rate
+        self.loss_curve_ = trained.loss_curve
+        self._set_head(classes, *trained.head)
         return self
 
     def _fit_vectorizer(self, freeze):
-        """Fit the BertWordVectorizer that encodes for the head and the :class:`_Fitted`
-        record of its model (the adapters come after training); return the vectorizer.
+        """The fitted BertWordVectorizer that encodes for the head.
 
         With ``freeze="all"`` it is what a BertWordVectorizer of this setting
         is, cache included. Otherwise it loads the float32 base of the
@@ -336,14 +328,12 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         encoder replaces after training, and caches nothing.
         """
         shared = freeze in ("all", "lora")
-        vectorizer = BertWordVectorizer(
+        return BertWordVectorizer(
             self.model, layer=self.layer, layer_combine=self.layer_combine,
             subword_pooling=self.subword_pooling, max_length=self.max_length,
             batch_size=self.batch_size, device=self.device if shared else "cpu",
             dtype=self.dtype if freeze == "all" else "float32", cache=freeze == "all",
         ).set_output(transform="default").fit()
-        self._vectorizer, self._fitted = vectorizer, _Fitted(freeze, vectorizer._reference())
-        return vectorizer
 
     @property
     def vectorizer_(self):

@@ -249,9 +249,9 @@ def _strategies(model, n_labels, random_state):
         "frozen + logistic regression": make_pipeline(
             BertVectorizer(model, pooling="mean"), StandardScaler(),
             _OneThreadLogisticRegression(max_iter=2000)),
-        "LoRA": BertClassifier(model, freeze="lora", pooling="mean", max_epochs=epochs,
+        "LoRA": BertClassifier(model, freeze="lora", pooling="mean", epochs=epochs,
                                random_state=random_state),
-        "full fine-tuning": BertClassifier(model, max_epochs=epochs, random_state=random_state),
+        "full fine-tuning": BertClassifier(model, epochs=epochs, random_state=random_state),
     }
 
 

@@ -16,7 +16,7 @@ from tests.test_finetune import QUESTIONS
 
 LABELS = ["who"] * 3 + ["where"] * 3 + ["when"] * 3
 X, Y = QUESTIONS * 2, LABELS * 2
-FROZEN = {"freeze": "all", "max_epochs": 1, "random_state": 0, "device": "cpu"}
+FROZEN = {"freeze": "all", "epochs": 1, "random_state": 0, "device": "cpu"}
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"))]
 
@@ -41,7 +41,7 @@ def test_a_grid_over_the_head_forwards_each_distinct_text_once(tiny_model_dir):
         # A vectorizer of the same setting fills the cache that every fit below reads.
         BertVectorizer(tiny_model_dir, pooling="cls", device="cpu").fit().transform(X[:4])
         search = GridSearchCV(BertClassifier(tiny_model_dir, **FROZEN),
-                              {"head_learning_rate": [1e-2, 1e-1], "max_epochs": [1, 2]},
+                              {"head_learning_rate": [1e-2, 1e-1], "epochs": [1, 2]},
                               cv=3).fit(X, Y)
         search.predict(X)
     assert len(search.cv_results_["params"]) == 4

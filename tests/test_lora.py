@@ -20,7 +20,7 @@ pytest.importorskip("peft")
 
 LABELS = ["who"] * 3 + ["where"] * 3 + ["when"] * 3
 X, Y = QUESTIONS * 2, LABELS * 2
-LORA = {"freeze": "lora", "learning_rate": 1e-2, "max_epochs": 4, "random_state": 0,
+LORA = {"freeze": "lora", "learning_rate": 1e-2, "epochs": 4, "random_state": 0,
         "device": "cpu"}
 
 
@@ -31,7 +31,7 @@ def shared_model(directory):
 def test_the_base_weights_stay_as_they_were_and_are_not_copied(tiny_model_dir):
     shared = shared_model(tiny_model_dir)
     before = state(shared)
-    clf = BertClassifier(tiny_model_dir, **{**LORA, "max_epochs": 20}).fit(X, Y)
+    clf = BertClassifier(tiny_model_dir, **{**LORA, "epochs": 20}).fit(X, Y)
     assert changed(before, state(shared)) == set()  # bit for bit
     assert all(parameter.requires_grad for parameter in shared.parameters())  # flags too
     # model_ shares every tensor but the adapted projections, which hold W + (alpha / r) B A
@@ -182,7 +182,7 @@ def test_grid_search_over_freeze_and_rank_shares_the_base(tiny_model_dir):
     shared = shared_model(tiny_model_dir)
     before = state(shared)
     grid = [{"freeze": ["all", None]}, {"freeze": ["lora"], "lora_rank": [2, 4]}]
-    search = GridSearchCV(BertClassifier(tiny_model_dir, **{**LORA, "max_epochs": 1}), grid,
+    search = GridSearchCV(BertClassifier(tiny_model_dir, **{**LORA, "epochs": 1}), grid,
                           cv=3).fit(X, Y)
     assert len(search.cv_results_["params"]) == 4
     assert changed(before, state(shared)) == set()
@@ -233,7 +233,7 @@ def test_learning_curve_scores_three_strategies_as_labels_grow(tiny_model_dir):
         assert curve.loc[n, "frozen + logistic regression"] == pytest.approx(held_out(frozen))
     for name, params in [("LoRA", {"freeze": "lora", "pooling": "mean"}),
                          ("full fine-tuning", {})]:
-        tuned = BertClassifier(tiny_model_dir, max_epochs=40, random_state=0, **params)
+        tuned = BertClassifier(tiny_model_dir, epochs=40, random_state=0, **params)
         assert curve.loc[18, name] == pytest.approx(held_out(tuned.fit(X, Y)))
     assert curve.nunique().min() == 3  # each strategy's score changes with the labels
     ax = plot_learning_curve(curve)

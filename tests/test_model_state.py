@@ -169,7 +169,7 @@ def test_roberta_windows_fit_its_positions(roberta_without_a_length_limit):
         BertVectorizer(directory, max_length=limit + 1).fit()
     words = long_text.split()
     assert BertWordVectorizer(directory).fit_transform([(words, 150)]).shape == (1, 32)
-    classifier = BertClassifier(directory, max_epochs=1, batch_size=2, random_state=0)
+    classifier = BertClassifier(directory, epochs=1, batch_size=2, random_state=0)
     assert classifier.fit([long_text, "a dog"], [0, 1]).predict([long_text]).shape == (1,)
 
 

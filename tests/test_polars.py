@@ -64,7 +64,7 @@ def test_classifier_search_pairs_and_probe_take_polars(tiny_model_dir, texts):
     labels = ["a", "b"] * (len(texts) // 2)
     texts = texts[:len(labels)]
     X, y = pl.Series(texts), pl.Series(labels)
-    params = {"freeze": "all", "max_epochs": 1, "random_state": 0}
+    params = {"freeze": "all", "epochs": 1, "random_state": 0}
     expected = BertClassifier(tiny_model_dir, **params).fit(texts, labels).predict_proba(texts)
     classifier = BertClassifier(tiny_model_dir, **params).fit(X, y)
     np.testing.assert_allclose(classifier.predict_proba(X), expected, rtol=0, atol=1e-6)

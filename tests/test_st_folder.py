@@ -1,8 +1,10 @@
 """BertVectorizer.save_sentence_transformer: folders that sentence-transformers (and skbert)
-load back to the vectors of transform, and the settings such a folder cannot express."""
+load back to the vectors of transform, and the settings such a folder cannot express; the
+window (max_seq_length) that such a folder sets."""
 
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -275,3 +277,152 @@ def test_half_precision_weights_are_saved_as_they_are(tiny_model_dir, tmp_path, 
                                rtol=0)
     again = BertVectorizer(model=folder, pooling="auto", norm="auto", dtype=dtype).fit()
     np.testing.assert_array_equal(again.transform(TEXTS), ours)
+
+
+def window_folder(base_dir, directory, config):
+    """The tiny BERT (a 64-token limit) as a sentence-transformers folder (mean pooling,
+    Normalize) whose ``sentence_bert_config.json`` holds ``config``, JSON text."""
+    shutil.copytree(base_dir, directory)
+    modules = [{"idx": index, "name": str(index), "path": path,
+                "type": f"sentence_transformers.models.{kind}"}
+               for index, (path, kind) in enumerate([("", "Transformer"), ("1_Pooling", "Pooling"),
+                                                     ("2_Normalize", "Normalize")])]
+    (directory / "1_Pooling").mkdir()
+    (directory / "2_Normalize").mkdir()
+    (directory / "modules.json").write_text(json.dumps(modules), encoding="utf-8")
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}), encoding="utf-8")
+    (directory / "sentence_bert_config.json").write_text(config, encoding="utf-8")
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def short_window_dir(tiny_model_dir, tmp_path_factory):
+    """A sentence-transformers folder whose window (max_seq_length 16) is shorter than its
+    tokenizer's and positions' limit (64), as all-MiniLM-L6-v2's (256 of 512)."""
+    return window_folder(tiny_model_dir, tmp_path_factory.mktemp("short-window") / "model",
+                         '{"max_seq_length": 16, "do_lower_case": false}')
+
+
+def test_max_seq_length_is_the_default_window(short_window_dir):
+    texts = [LONG, "the cat"]
+    auto = BertVectorizer(short_window_dir, pooling="auto", norm="auto").fit()
+    assert auto._window_length() == 16
+    ours = auto.transform(texts)
+    np.testing.assert_allclose(ours, encode(short_window_dir, texts), atol=1e-5, rtol=0)
+    # The window is the model's as trained, whatever the pooling; pickles keep it.
+    assert BertVectorizer(short_window_dir, pooling="cls").fit()._window_length() == 16
+    assert pickle.loads(pickle.dumps(auto))._window_length() == 16
+    # max_length chooses another, up to the model's limit.
+    whole = BertVectorizer(short_window_dir, pooling="auto", norm="auto", max_length=64).fit()
+    assert whole._window_length() == 64
+    assert np.abs(whole.transform(texts)[0] - ours[0]).max() > 1e-3
+
+
+def test_windows_of_other_lengths_share_no_cache_entry(short_window_dir):
+    texts = [LONG, "the cat"]
+    folder_window = BertVectorizer(short_window_dir).fit()
+    model_limit = BertVectorizer(short_window_dir, max_length=64).fit()
+    first, second = folder_window.transform(texts), model_limit.transform(texts)  # one store
+    assert np.abs(first[0] - second[0]).max() > 1e-3
+    np.testing.assert_array_equal(first[1], second[1])  # a short text: one entry serves both
+    for vectorizer, features in [(folder_window, first), (model_limit, second)]:
+        np.testing.assert_allclose(vectorizer.set_params(cache=False).transform(texts),
+                                   features, atol=1e-6, rtol=0)
+
+
+def test_the_window_read_is_the_window_written(short_window_dir, tiny_model_dir, tmp_path):
+    vectorizer = BertVectorizer(short_window_dir, pooling="auto", norm="auto").fit()
+    folder = vectorizer.save_sentence_transformer(tmp_path / "again")
+    assert read_json(folder, "sentence_bert_config.json")["max_seq_length"] == 16
+    assert_round_trip(vectorizer, folder, [LONG, "the cat"])
+    # max_length=12 written, None read back: 12, from sentence_bert_config.json alone.
+    folder = BertVectorizer(tiny_model_dir, max_length=12).fit().save_sentence_transformer(
+        tmp_path / "twelve")
+    tokenizer_config = {**read_json(folder, "tokenizer_config.json"), "model_max_length": 64}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config), encoding="utf-8")
+    assert BertVectorizer(folder).fit()._window_length() == 12
+
+
+@pytest.mark.parametrize("config, window", [
+    ('{"max_seq_length": null}', 64),  # as sentence-transformers: the model's limit
+    ('{"do_lower_case": false}', 64),
+    ('{"max_seq_length": 3}', 3),
+])
+def test_max_seq_length_as_sentence_transformers_reads_it(tiny_model_dir, tmp_path, config,
+                                                          window):
+    folder = window_folder(tiny_model_dir, tmp_path / "st", config)
+    vectorizer = BertVectorizer(folder, pooling="auto", norm="auto").fit()
+    assert vectorizer._window_length() == window
+    texts = [LONG, "the cat"]
+    np.testing.assert_allclose(vectorizer.transform(texts), encode(folder, texts), atol=1e-5,
+                               rtol=0)
+
+
+def test_max_seq_length_past_the_positions_is_capped(tiny_model_dir, tmp_path):
+    # sentence-transformers 6.3 truncates at 1000 tokens there and fails in the position
+    # embeddings of a long text; the window is the model's limit instead.
+    folder = window_folder(tiny_model_dir, tmp_path / "st", '{"max_seq_length": 1000}')
+    vectorizer = BertVectorizer(folder).fit()
+    assert vectorizer._window_length() == 64
+    np.testing.assert_array_equal(vectorizer.transform([LONG]),
+                                  BertVectorizer(folder, max_length=64).fit().transform([LONG]))
+
+
+@pytest.mark.parametrize("config, shown", [
+    ('{"max_seq_length": -3}', "-3"),
+    ('{"max_seq_length": 0}', "0"),
+    ('{"max_seq_length": "256"}', "'256'"),
+    ('{"max_seq_length": 16.5}', "16.5"),
+    ('{"max_seq_length": true}', "True"),
+    ('{"max_seq_length": [16]}', r"\[16\]"),
+    ("[16]", r"\[16\]"),
+])
+def test_a_malformed_max_seq_length_is_an_error(tiny_model_dir, tmp_path, config, shown):
+    folder = window_folder(tiny_model_dir, tmp_path / "st", config)
+    with pytest.raises(ValueError, match=f"sentence_bert_config.json of '.*st' has "
+                                         f"max_seq_length={shown}; expected a positive int.*"
+                                         "Pass max_length"):
+        BertVectorizer(folder, pooling="auto", norm="auto").fit()
+    # An explicit max_length does not read the file.
+    assert BertVectorizer(folder, max_length=16).fit()._window_length() == 16
+
+
+def test_a_window_without_room_for_text_is_an_error(tiny_model_dir, tmp_path):
+    folder = window_folder(tiny_model_dir, tmp_path / "st", '{"max_seq_length": 2}')
+    with pytest.raises(ValueError, match=r"max_length=None \(a window of 2 tokens from the "
+                                         r"model\) leaves no room .* use at least 3"):
+        BertVectorizer(folder).fit()
+
+
+def test_fine_tuning_trains_in_the_folders_window(short_window_dir, monkeypatch):
+    from skbert import FineTunedVectorizer, _tuned
+    from skbert._encoding import tokenize
+
+    lengths = []
+
+    def recorded(tokenizer, texts, max_length, *args, **kwargs):
+        lengths.append(max_length)
+        return tokenize(tokenizer, texts, max_length, *args, **kwargs)
+
+    monkeypatch.setattr(_tuned, "tokenize", recorded)
+    pairs = [(LONG, "the cat sat on the mat"), ("a big red dog runs fast", "good")]
+    tuned = FineTunedVectorizer(BertVectorizer(short_window_dir, pooling="auto", norm="auto"),
+                                batch_size=2, random_state=0).fit(pairs)
+    assert lengths and set(lengths) == {16}
+    assert tuned.vectorizer_._window_length() == 16
+
+
+@pytest.mark.slow
+def test_all_minilm_l6_v2_reads_its_256_token_window(minilm_dir):
+    # 405 words of STS-B test sentences: 477 tokens, past the 256 of the folder's
+    # sentence_bert_config.json and within the 512 of its tokenizer and positions.
+    from skbert.datasets import load_stsb
+
+    text = " ".join(first for first, _ in load_stsb("test").data[:65])
+    texts = [text, "A man is playing a guitar."]
+    vectorizer = BertVectorizer(minilm_dir, pooling="auto", norm="auto").fit()
+    assert vectorizer._window_length() == 256
+    assert len(vectorizer.tokenizer_(text)["input_ids"]) > 256
+    theirs = encode(minilm_dir, texts)
+    assert np.abs(vectorizer.transform(texts) - theirs).max() <= 1e-4

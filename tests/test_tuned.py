@@ -146,7 +146,8 @@ def test_batches_never_hold_a_text_twice():
     rng = np.random.RandomState(0)
     # Few distinct texts: many rows share an anchor or a positive.
     texts = rng.randint(0, 30, size=(200, 3))
-    batches = _distinct_batches(texts, np.arange(200), 16, rng)
+    with pytest.warns(UserWarning, match="texts repeat"):
+        batches = _distinct_batches(texts, np.arange(200), 16, rng)
     assert sorted(np.concatenate(batches).tolist()) == list(range(200))
     for batch in batches:
         members = texts[batch].ravel()
