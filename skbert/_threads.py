@@ -48,7 +48,7 @@ def one_openmp_thread():
     """A context in which OpenMP (torch's CPU operations) runs one thread in the calling
     thread; other threads, and those started meanwhile, keep their own count.
 
-    Around a CPU engine's batches (:func:`skbert._encoding.run_batches`): torch's
+    Around a CPU engine's batches (:func:`skbert._encoder._encoding.run_batches`): torch's
     OpenMP threads spin for a while after each operation, on the cores that the
     engine's next batch needs. With this limit, cache=False transforms took
     0.84x-0.89x the time on OpenVINO int8, 0.85x bf16, 0.94x float32 and 0.91x

@@ -1,9 +1,9 @@
 """FineTunedVectorizer: contrastive fine-tuning of a BertVectorizer's encoder, as a transformer.
 
 ``fit`` trains the encoder on what the user has (pairs, triplets, scored pairs
-or labelled texts) with a loss of :mod:`skbert._losses`, through the training
-loop of :mod:`skbert._training`: the embedding that trains is the one the
-vectorizer computes (:func:`skbert._training.pooled` over its layer, layer
+or labelled texts) with a loss of :mod:`skbert._train._losses`, through the training
+loop of :mod:`skbert._train._training`: the embedding that trains is the one the
+vectorizer computes (:func:`skbert._train._training.pooled` over its layer, layer
 combination, pooling, prompt and window), and the tuned weights then go into
 a fitted :class:`skbert.BertVectorizer` (``vectorizer_``), so that
 ``transform`` is that vectorizer's: its engines, cache, truncation and
@@ -20,12 +20,13 @@ from sklearn.utils import check_array
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from skbert import _engines, _loading, _lora, _losses, _training
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._docs import LORA, shared
-from skbert._encoding import _model_inputs, tokenize
+from skbert._encoder import _engines, _loading
+from skbert._encoder._encoding import _model_inputs, tokenize
 from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._index import unit_rows
+from skbert._train import _lora, _losses, _training
 from skbert._validation import check_text_tuples
 from skbert._vectorizer import BertVectorizer
 

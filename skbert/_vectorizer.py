@@ -5,11 +5,11 @@ from numbers import Integral
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from skbert import _cache, _st_folder
 from skbert._base import POOLING_NAMES, FeaturesMixin
 from skbert._compat import Interval, StrOptions, _fit_context
-from skbert._encoding import forward_parts, text_budget, tokenize
-from skbert._features import (
+from skbert._encoder import _cache, _st_folder
+from skbert._encoder._encoding import forward_parts, text_budget, tokenize
+from skbert._encoder._features import (
     Extraction,
     Layout,
     assemble,
@@ -451,7 +451,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         """Features of the texts' windows, merged per text: from the cache, or from forward
         passes of the misses only.
 
-        A cache entry holds the record of :func:`skbert._features.parts_for_cache`,
+        A cache entry holds the record of :func:`skbert._encoder._features.parts_for_cache`,
         so that other settings are served from it; without the cache, the
         forward passes compute only the parts this setting reads.
         """

@@ -19,11 +19,13 @@ from sklearn.base import BaseEstimator
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from skbert import _loading, _lora, _training, _words
+from skbert import _words
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._docs import LORA, shared
-from skbert._encoding import _model_inputs
+from skbert._encoder import _loading
+from skbert._encoder._encoding import _model_inputs
 from skbert._finetune import LinearHeadClassifier, TunedPersistence, _check_persist_weights, _Fitted
+from skbert._train import _lora, _training
 from skbert._word_vectorizer import BertWordVectorizer
 
 # learning_rate="auto" by freeze, and the least optimizer steps of epochs="auto".

@@ -26,8 +26,8 @@ from numbers import Integral
 
 import numpy as np
 
-from skbert import _cache, _keys
-from skbert._encoding import (
+from skbert._encoder import _cache, _keys
+from skbert._encoder._encoding import (
     TOKENIZE_SLICE,
     TOKENIZER_LOCK,
     Windows,
@@ -36,7 +36,7 @@ from skbert._encoding import (
     run_batches,
     text_budget,
 )
-from skbert._features import merge_layers
+from skbert._encoder._features import merge_layers
 from skbert._validation import _items, _where
 
 SUBWORD_POOLINGS = ("mean", "first", "last", "first_last", "max")

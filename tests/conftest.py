@@ -70,7 +70,8 @@ def count_forward_rows(vectorizer):
 @pytest.fixture
 def counted(tiny_model_dir):
     """A fitted vectorizer on a private copy of the tiny model, and its forward counter."""
-    from skbert import BertVectorizer, _loading
+    from skbert import BertVectorizer
+    from skbert._encoder import _loading
 
     model, tokenizer = _loading.from_pretrained(tiny_model_dir, None, "float32")
     vectorizer = BertVectorizer(tiny_model_dir).fit()

@@ -17,7 +17,7 @@ import pytest
 
 import skbert
 from skbert import BertVectorizer
-from skbert._encoding import tokenize
+from skbert._encoder._encoding import tokenize
 from tests.conftest import LETTERS, SUBWORDS, WORDS
 from tests.reference import reference_features
 

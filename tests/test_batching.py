@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import skbert
-from skbert import BertVectorizer, _encoding, _loading
-from skbert._encoding import length_sorted_batches, tokenize
+from skbert import BertVectorizer
+from skbert._encoder import _encoding, _loading
+from skbert._encoder._encoding import length_sorted_batches, tokenize
 from tests.reference import reference_features
 
 
@@ -135,7 +136,7 @@ def test_tokenizing_in_slices_changes_nothing(tiny_model_dir, texts, truncation,
                         else truncation, stride=4)
 
     whole, features = windows(), vectorizer.transform(inputs)
-    monkeypatch.setattr(skbert._encoding, "TOKENIZE_SLICE", 3)
+    monkeypatch.setattr(skbert._encoder._encoding, "TOKENIZE_SLICE", 3)
     sliced = windows()
     np.testing.assert_array_equal(sliced.owner, whole.owner)
     for name in ("input_ids", "special_mask", "token_type_ids"):

@@ -18,7 +18,8 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 import skbert
-from skbert import BertVectorizer, _cache, _keys, _stores
+from skbert import BertVectorizer
+from skbert._encoder import _cache, _keys, _stores
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +133,7 @@ def test_keys_change_with_weights_max_length_and_dtype(tiny_model_dir):
     assert len(_cache.MEMORY) == n_entries + 2
     tuned = clone(vectorizer).set_params(dtype="float32")
     tuned.fit()
-    from skbert import _loading
+    from skbert._encoder import _loading
 
     model, _ = _loading.from_pretrained(tiny_model_dir, None, "float32")
     with torch.no_grad():
@@ -146,7 +147,7 @@ def test_keys_hash_each_window_alone_in_blocks_of_any_size(tiny_model_dir, texts
                                                            monkeypatch):
     import hashlib
 
-    from skbert._encoding import EXCLUDED, Windows, tokenize
+    from skbert._encoder._encoding import EXCLUDED, Windows, tokenize
 
     tokenizer = BertVectorizer(tiny_model_dir).fit().tokenizer_
     singles = Windows.concatenate([

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from numpy.lib.format import open_memmap
 
-from skbert import BertVectorizer, _cli, _cli_files
+from skbert import BertVectorizer
+from skbert._cli import _command, _inputs
 from tests.test_probe_cli import LINES, counting_transform
 
 POSITIVE = ["good movie", "great film", "a great good movie", "good good", "great", "good film"]
@@ -20,11 +21,11 @@ NEGATIVE = ["awful movie", "bad film", "a bad awful film", "bad bad", "awful", "
 
 
 def read_texts(path, text_column=None, missing="error"):
-    return [text for _, text in _cli_files.iter_texts(path, text_column, None, missing)]
+    return [text for _, text in _inputs.iter_texts(path, text_column, None, missing)]
 
 
 def embed(*args):
-    return _cli.main(["embed", *map(str, args)])
+    return _command.main(["embed", *map(str, args)])
 
 
 def transform(model, texts):
@@ -121,7 +122,7 @@ def test_missing_skip_leaves_rows_out_and_writes_their_positions(tiny_model_dir,
 def test_iter_texts_gives_positions_of_the_texts_kept(tmp_path):
     source = tmp_path / "in.csv"
     source.write_text("body\nthe cat\n\n\"\"\na dog\n")  # DictReader skips the blank line
-    assert list(_cli_files.iter_texts(source, "body", missing="skip")) == [(0, "the cat"),
+    assert list(_inputs.iter_texts(source, "body", missing="skip")) == [(0, "the cat"),
                                                                       (2, "a dog")]
     assert read_texts(source, "body", missing="empty") == ["the cat", "", "a dog"]
 
@@ -141,7 +142,7 @@ def test_a_jsonl_line_that_is_no_json_object_is_named(tiny_model_dir, tmp_path, 
 # --- probe -------------------------------------------------------------------------------------
 
 def probe(tiny_model_dir, tmp_path, *options):
-    return _cli.main(["probe", str(tmp_path / "data.csv"), "--text-column", "text",
+    return _command.main(["probe", str(tmp_path / "data.csv"), "--text-column", "text",
                       "--label-column", "label", "--model", tiny_model_dir, "--cv", "2",
                       "--layers", "0", "--poolings", "mean", "--out",
                       str(tmp_path / "report.png"), *options])
@@ -160,18 +161,18 @@ def test_probe_a_missing_label_is_an_error_unless_skipped(tiny_model_dir, tmp_pa
     assert probe(tiny_model_dir, tmp_path, "--missing", "skip") == 0
     assert "left out 2 of 14 examples with a missing text or label (--missing skip)" in \
         capsys.readouterr().err
-    assert _cli_files.read_examples(tmp_path / "data.csv", "text", "label", "skip") == (
+    assert _inputs.read_examples(tmp_path / "data.csv", "text", "label", "skip") == (
         POSITIVE + NEGATIVE, ["pos"] * 6 + ["neg"] * 6)
 
 
 def test_probe_jsonl_missing_text_is_an_error_and_labels_may_be_numbers(tmp_path):
     (tmp_path / "data.jsonl").write_text('{"text": "good", "label": 1}\n'
                                          '{"text": null, "label": 0}\n')
-    with pytest.raises(_cli_files.CommandError, match=r"data\.jsonl line 2: the text field "
+    with pytest.raises(_inputs.CommandError, match=r"data\.jsonl line 2: the text field "
                                                       r"'text' is null \(None\); every text "
                                                       r"must be a str"):
-        _cli_files.read_examples(tmp_path / "data.jsonl", "text", "label", "error")
-    assert _cli_files.read_examples(tmp_path / "data.jsonl", "text", "label", "empty") == (
+        _inputs.read_examples(tmp_path / "data.jsonl", "text", "label", "error")
+    assert _inputs.read_examples(tmp_path / "data.jsonl", "text", "label", "empty") == (
         ["good", ""], [1, 0])
 
 
@@ -294,10 +295,10 @@ def test_resume_refused_when_the_tokenizer_changed(tiny_model_dir, tmp_path, mon
 def test_a_failed_parquet_merge_leaves_no_partial_output(tmp_path):
     pytest.importorskip("pyarrow")
     output = tmp_path / "out.parquet"
-    writer = _cli_files.ParquetWriter(output, 3, ["f0", "f1"])
+    writer = _inputs.ParquetWriter(output, 3, ["f0", "f1"])
     writer.create()
     writer.write(0, np.ones((2, 2), np.float32))
-    with pytest.raises(_cli_files.CommandError, match=r"'.*out\.parquet\.parts' holds 2 rows, "
+    with pytest.raises(_inputs.CommandError, match=r"'.*out\.parquet\.parts' holds 2 rows, "
                                                       r"expected 3; run without --resume"):
         writer.finish()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out.parquet.parts"]
@@ -305,7 +306,7 @@ def test_a_failed_parquet_merge_leaves_no_partial_output(tmp_path):
 
 
 def test_a_failed_progress_save_keeps_the_last_record(tmp_path):
-    progress = _cli_files.Progress(tmp_path / "out.npy", {"input": "in.txt", "texts": 2,
+    progress = _inputs.Progress(tmp_path / "out.npy", {"input": "in.txt", "texts": 2,
                                                           "digest": "d"}, {"--layer": -1})
     progress.save()
     saved = progress.path.read_text()
@@ -318,12 +319,12 @@ def test_a_failed_progress_save_keeps_the_last_record(tmp_path):
 
 def test_the_row_index_is_written_whole_or_not_at_all(tmp_path):
     rows = tmp_path / "out.npy.rows.npy"
-    _cli_files.write_row_index(rows, iter(range(0, 200_000, 2)), 100_000)  # blocks of 65,536
+    _inputs.write_row_index(rows, iter(range(0, 200_000, 2)), 100_000)  # blocks of 65,536
     np.testing.assert_array_equal(np.load(rows), np.arange(0, 200_000, 2))
-    with pytest.raises(_cli_files.CommandError, match=r"the input changed while it was read: 2 "
+    with pytest.raises(_inputs.CommandError, match=r"the input changed while it was read: 2 "
                                                       r"texts now, 3 before; '.*rows\.npy' is not "
                                                       r"written"):
-        _cli_files.write_row_index(rows, iter([4, 7]), 3)
+        _inputs.write_row_index(rows, iter([4, 7]), 3)
     assert [path.name for path in tmp_path.iterdir()] == ["out.npy.rows.npy"]
     assert len(np.load(rows)) == 100_000  # the last one written
 
@@ -348,9 +349,9 @@ def test_standard_input_keeps_a_lone_carriage_return(monkeypatch):
         return io.TextIOWrapper(io.BytesIO(LINE_BYTES), encoding="utf-8")
 
     monkeypatch.setattr(sys, "stdin", stdin())
-    assert list(_cli_files._line_texts(_cli_files.stdin_lines())) == LINE_TEXTS
+    assert list(_inputs._line_texts(_inputs.stdin_lines())) == LINE_TEXTS
     monkeypatch.setattr(sys, "stdin", stdin())
-    with _cli._input_file(argparse.Namespace(input="-", resume=False)) as path:
+    with _command._input_file(argparse.Namespace(input="-", resume=False)) as path:
         assert path.read_bytes() == LINE_BYTES  # the copy read twice is the input
         assert read_texts(path) == LINE_TEXTS
 
@@ -366,7 +367,7 @@ def test_embed_from_standard_input_keeps_a_lone_carriage_return(tiny_model_dir, 
 
 def help_text(capsys, command):
     with pytest.raises(SystemExit):
-        _cli.main([command, "--help"])
+        _command.main([command, "--help"])
     return " ".join(capsys.readouterr().out.split())  # as one line: argparse wraps it
 
 

@@ -144,7 +144,8 @@ def test_empty_partitions(client, fitted):
 
 def count_calls():
     """Model loads and BertVectorizer.transform calls so far in this (worker) process."""
-    from skbert import _loading, _vectorizer
+    from skbert import _vectorizer
+    from skbert._encoder import _loading
 
     if not hasattr(_loading, "_calls_seen"):
         calls = _loading._calls_seen = collections.Counter()

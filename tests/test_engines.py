@@ -20,8 +20,9 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 import skbert
-from skbert import BertVectorizer, _engines, _exports, _loading
-from skbert._loading import resolve_device
+from skbert import BertVectorizer
+from skbert._encoder import _engines, _exports, _loading
+from skbert._encoder._loading import resolve_device
 from tests.test_architectures import PAIRS, TEXTS, model_dir  # noqa: F401 (a fixture)
 
 pytest.importorskip("openvino")
@@ -272,7 +273,8 @@ def test_another_process_loads_the_export_not_the_torch_model(tiny_model_dir, te
                                                                monkeypatch):
     as_in_a_new_process(monkeypatch)  # so that this fit records the model's fingerprint
     expected = BertVectorizer(tiny_model_dir, backend="onnx").fit_transform(texts)
-    script = ("import sys, numpy as np; from skbert import BertVectorizer, _exports\n"
+    script = ("import sys, numpy as np; from skbert import BertVectorizer\n"
+              "from skbert._encoder import _exports\n"
               "_exports._convert = None  # any conversion would fail\n"
               f"vectorizer = BertVectorizer({tiny_model_dir!r}, backend='onnx')\n"
               f"np.save(sys.argv[1], vectorizer.fit_transform({texts!r}))\n"
@@ -779,7 +781,7 @@ def test_records_beside_an_engine_run_in_one_torch_thread(tiny_model_dir, texts,
                                                          monkeypatch):
     """Torch's threads would spin on the cores that the engine's next batch runs on; the
     torch backend keeps its threads, and the calling thread's count is restored."""
-    from skbert import _encoding
+    from skbert._encoder import _encoding
 
     seen, compute_parts = [], _encoding.compute_parts
 

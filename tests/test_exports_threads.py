@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from skbert import BertVectorizer, _compat, _exports
+from skbert import BertVectorizer, _compat
+from skbert._encoder import _exports
 
 openvino = pytest.importorskip("openvino")
 pytest.importorskip("onnxruntime")

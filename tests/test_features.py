@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from skbert import pooling
-from skbert._features import EXCLUDED, Layout, compute_parts, parts_for_cache
+from skbert._encoder._features import EXCLUDED, Layout, compute_parts, parts_for_cache
 
 
 def make_batch(kind):
@@ -116,7 +116,7 @@ def test_compute_parts_leaves_the_hidden_states_alone(batch):
 # One token a tile; three (a row of 5 windows of 8 float32 values a token).
 @pytest.mark.parametrize("tile_bytes", [1, 3 * 5 * 8 * 4])
 def test_tiles_of_tokens_give_the_same_records(batch, tile_bytes, monkeypatch):
-    from skbert import _features
+    from skbert._encoder import _features
 
     layout = Layout.of(parts_for_cache(4, has_pooler=True), 8)
     whole = compute_parts(*batch[:3], batch[3], layout)

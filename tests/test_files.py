@@ -8,8 +8,8 @@ import tempfile
 
 import pytest
 
-from skbert import _files
-from skbert._files import atomic_file, staged_directory
+from skbert._encoder import _files
+from skbert._encoder._files import atomic_file, staged_directory
 
 NOBODY = 65534
 

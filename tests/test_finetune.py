@@ -17,8 +17,9 @@ from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.utils import check_random_state, estimator_checks
 
-from skbert import BertClassifier, BertRegressor, BertVectorizer, _loading
-from skbert._training import shuffled_batches
+from skbert import BertClassifier, BertRegressor, BertVectorizer
+from skbert._encoder import _loading
+from skbert._train._training import shuffled_batches
 from skbert.datasets import load_stsb, load_trec
 
 POSITIVE = ["good movie", "great film", "a great good movie", "good good", "great",

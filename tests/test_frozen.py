@@ -11,7 +11,8 @@ from sklearn import config_context
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import GridSearchCV
 
-from skbert import BertClassifier, BertRegressor, BertVectorizer, _loading, clear_cache
+from skbert import BertClassifier, BertRegressor, BertVectorizer, clear_cache
+from skbert._encoder import _loading
 from tests.test_finetune import QUESTIONS
 
 LABELS = ["who"] * 3 + ["where"] * 3 + ["when"] * 3

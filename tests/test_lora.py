@@ -11,8 +11,10 @@ import torch
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 
-from skbert import BertClassifier, BertRegressor, _loading, _lora
-from skbert._encoding import _model_inputs, tokenize
+from skbert import BertClassifier, BertRegressor
+from skbert._encoder import _loading
+from skbert._encoder._encoding import _model_inputs, tokenize
+from skbert._train import _lora
 from tests.test_architectures import ARCHS, TEXTS, model_dir  # noqa: F401 (a fixture)
 from tests.test_finetune import QUESTIONS, SET_SINCE, changed, state
 
@@ -246,7 +248,8 @@ def test_learning_curve_limits_blas_threads_for_the_logistic_regression_alone(ti
 
     from sklearn.linear_model import LogisticRegression
 
-    from skbert import _threads, _training, _vectorizer, clear_cache
+    from skbert import _threads, _vectorizer, clear_cache
+    from skbert._train import _training
     from skbert.probe import learning_curve
 
     clear_cache()  # so that the frozen features are encoded here

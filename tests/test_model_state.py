@@ -7,7 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from skbert import BertClassifier, BertVectorizer, BertWordVectorizer, _compat, _loading
+from skbert import BertClassifier, BertVectorizer, BertWordVectorizer, _compat
+from skbert._encoder import _loading
 
 SAMPLES = [("the cat sat on the mat".split(), 1), ("a big red dog runs fast".split(), 3)]
 
@@ -183,7 +184,7 @@ def test_with_children_replaces_children_of_a_copy_only():
 
 
 def test_without_a_child_dict_the_model_runs_whole(tiny_model_dir, texts, monkeypatch):
-    from skbert._encoding import shallow_view
+    from skbert._encoder._encoding import shallow_view
 
     model = _private(tiny_model_dir)
     assert shallow_view(model, 1) is not model
@@ -192,7 +193,7 @@ def test_without_a_child_dict_the_model_runs_whole(tiny_model_dir, texts, monkey
     def no_child_dict(module, children):
         return None
 
-    monkeypatch.setattr("skbert._encoding.with_children", no_child_dict)
+    monkeypatch.setattr("skbert._encoder._encoding.with_children", no_child_dict)
     monkeypatch.setattr(_compat, "with_children", no_child_dict)  # the oneDNN tree's too
     assert shallow_view(model, 1) is model
     np.testing.assert_allclose(

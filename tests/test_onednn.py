@@ -1,4 +1,4 @@
-"""The oneDNN Linear layers of the torch engine (skbert._onednn): the plain Linear's
+"""The oneDNN Linear layers of the torch engine (skbert._encoder._onednn): the plain Linear's
 behaviour kept where the op alone would lose it (hooks, autocast, gradients, a failing op)."""
 
 import logging
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from skbert import BertVectorizer, _compat, _loading
-from skbert._onednn import onednn_linears
+from skbert import BertVectorizer, _compat
+from skbert._encoder import _loading
+from skbert._encoder._onednn import onednn_linears
 
 needs_op = pytest.mark.skipif(_compat.linear_pointwise() is None,
                               reason="this torch has no oneDNN linear op")

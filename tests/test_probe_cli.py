@@ -18,7 +18,8 @@ from sklearn.model_selection import (
     cross_val_score,
 )
 
-from skbert import BertVectorizer, _cli, probe
+from skbert import BertVectorizer, probe
+from skbert._cli import _command
 from skbert.probe import layer_report, plot_layer_report
 
 matplotlib.use("Agg")
@@ -115,7 +116,7 @@ def test_embed_text_file_equals_transform(tiny_model_dir, tmp_path, texts):
     source = tmp_path / "texts.txt"
     lines = [t for t in texts if t]  # one text per line
     source.write_text("\n".join(lines) + "\n")
-    assert _cli.main(["embed", str(source), "-o", str(tmp_path / "out.npy"), "--model",
+    assert _command.main(["embed", str(source), "-o", str(tmp_path / "out.npy"), "--model",
                       tiny_model_dir, "--pooling", "cls", "--layer", "-2", "--norm", "l2"]) == 0
     expected = BertVectorizer(tiny_model_dir, pooling="cls", layer=-2, norm="l2").fit()
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected.transform(lines))
@@ -125,7 +126,7 @@ def test_embed_with_a_prompt_auto_and_truncate_dim(tiny_model_dir, tmp_path, tex
     source = tmp_path / "texts.txt"
     lines = [t for t in texts if t]
     source.write_text("\n".join(lines) + "\n")
-    assert _cli.main(["embed", str(source), "-o", str(tmp_path / "out.npy"), "--model",
+    assert _command.main(["embed", str(source), "-o", str(tmp_path / "out.npy"), "--model",
                       tiny_model_dir, "--pooling", "auto", "--norm", "auto", "--prompt",
                       "query: ", "--truncate-dim", "8"]) == 0
     expected = BertVectorizer(tiny_model_dir, prompt="query: ", truncate_dim=8, cache=False).fit()
@@ -138,9 +139,9 @@ def test_embed_csv_jsonl_and_parquet(tiny_model_dir, tmp_path):
     (tmp_path / "in.jsonl").write_text("\n".join(json.dumps({"body": t})
                                                  for t in ["the cat", "a dog, sat"]))
     common = ["--model", tiny_model_dir, "--layer", "0,-1"]
-    assert _cli.main(["embed", str(tmp_path / "in.csv"), "-o", str(tmp_path / "a.npy"),
+    assert _command.main(["embed", str(tmp_path / "in.csv"), "-o", str(tmp_path / "a.npy"),
                       "--text-column", "body", *common]) == 0
-    assert _cli.main(["embed", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "b.parquet"),
+    assert _command.main(["embed", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "b.parquet"),
                       "--text-field", "body", *common]) == 0
     expected = BertVectorizer(tiny_model_dir, layer=[0, -1]).fit().transform(["the cat",
                                                                              "a dog, sat"])
@@ -160,7 +161,7 @@ def test_embed_reads_standard_input(tiny_model_dir, tmp_path):
 def test_embed_empty_input(tiny_model_dir, tmp_path, suffix):
     (tmp_path / "empty.txt").write_text("")
     output = tmp_path / f"out{suffix}"
-    assert _cli.main(["embed", str(tmp_path / "empty.txt"), "-o", str(output), "--model",
+    assert _command.main(["embed", str(tmp_path / "empty.txt"), "-o", str(output), "--model",
                       tiny_model_dir]) == 0
     features = np.load(output) if suffix == ".npy" else pd.read_parquet(output).to_numpy()
     assert features.shape == (0, 32) and features.dtype == np.float32
@@ -190,7 +191,7 @@ def interrupted_run(monkeypatch, capsys, source, output, *options):
     source.write_text("\n".join(LINES) + "\n")
     with monkeypatch.context() as patch:
         counting_transform(patch, interrupt_at=3)
-        assert _cli.main(["embed", str(source), "-o", str(output), "--chunk-size", "8",
+        assert _command.main(["embed", str(source), "-o", str(output), "--chunk-size", "8",
                           *options]) == 130
     assert "interrupted after 16 of 50 texts; run the same command with --resume" in \
         capsys.readouterr().err
@@ -204,11 +205,11 @@ def test_embed_resume_finishes_without_recomputing(tiny_model_dir, tmp_path, mon
     options = ["--model", tiny_model_dir, "--pooling", "max"]
     interrupted_run(monkeypatch, capsys, source, output, *options)
     calls = counting_transform(monkeypatch)
-    assert _cli.main(["embed", str(source), "-o", str(output), "--chunk-size", "8", "--resume",
+    assert _command.main(["embed", str(source), "-o", str(output), "--chunk-size", "8", "--resume",
                       *options]) == 0
     assert calls["rows"] == 50 - 16
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", output.name]
-    assert _cli.main(["embed", str(source), "-o", str(tmp_path / f"whole{suffix}"),
+    assert _command.main(["embed", str(source), "-o", str(tmp_path / f"whole{suffix}"),
                       "--chunk-size", "8", *options]) == 0
     read = np.load if suffix == ".npy" else (lambda path: pd.read_parquet(path).to_numpy())
     np.testing.assert_array_equal(read(output), read(tmp_path / f"whole{suffix}"))
@@ -232,17 +233,17 @@ def test_embed_resume_refused_when_input_or_options_changed(tiny_model_dir, tmp_
     options = ["--model", tiny_model_dir]
     interrupted_run(monkeypatch, capsys, source, output, *options)
     change(source, options)
-    assert _cli.main(["embed", str(source), "-o", str(output), "--chunk-size", "8", "--resume",
+    assert _command.main(["embed", str(source), "-o", str(output), "--chunk-size", "8", "--resume",
                       *options]) == 1
     error = capsys.readouterr().err
     assert len(error.strip().splitlines()) == 1 and re.search(message, error), error
-    assert _cli.main(["embed", str(source), "-o", str(output), *options]) == 0  # starts over
+    assert _command.main(["embed", str(source), "-o", str(output), *options]) == 0  # starts over
 
 
 def test_embed_resume_with_nothing_to_resume_starts_from_the_first_text(tiny_model_dir,
                                                                         tmp_path, capsys):
     (tmp_path / "in.txt").write_text("the cat\na dog\n")
-    assert _cli.main(["embed", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.npy"),
+    assert _command.main(["embed", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.npy"),
                       "--resume", "--model", tiny_model_dir]) == 0
     assert "nothing to resume" in capsys.readouterr().err
     assert np.load(tmp_path / "out.npy").shape == (2, 32)
@@ -296,7 +297,7 @@ def test_embed_memory_stays_flat(tiny_model_dir, tmp_path):
 def test_errors_are_one_line(tmp_path, capsys, args, message):
     pd.DataFrame({"id": [1], "body": ["x"]}).to_csv(tmp_path / "in.csv", index=False)
     args = [a.format(csv=tmp_path / "in.csv", tmp=tmp_path) for a in args]
-    assert _cli.main(args) == 1
+    assert _command.main(args) == 1
     error = capsys.readouterr().err
     assert len(error.strip().splitlines()) == 1
     assert re.search(message, error), error
@@ -313,14 +314,14 @@ def test_a_missing_file_exits_nonzero_without_traceback():
                                               (["--chunk-size", "0"], "'0' is not a positive int")])
 def test_bad_option_value_exits_with_usage(capsys, option, message):
     with pytest.raises(SystemExit) as exit_info:
-        _cli.main(["embed", "x.txt", "-o", "y.npy", *option])
+        _command.main(["embed", "x.txt", "-o", "y.npy", *option])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_help_documents_every_option(capsys):
     for command in ("embed", "probe"):
         with pytest.raises(SystemExit):
-            _cli.main([command, "--help"])
+            _command.main([command, "--help"])
     text = capsys.readouterr().out
     for option in ("--model", "--layer", "--pooling", "--norm", "--max-length", "--truncation",
                    "--batch-size", "--device", "--dtype", "--text-column", "--text-field",
@@ -331,7 +332,7 @@ def test_help_documents_every_option(capsys):
 
 def test_probe_writes_png_and_csv(tiny_model_dir, tmp_path, capsys):
     pd.DataFrame({"text": X, "label": Y}).to_csv(tmp_path / "data.csv", index=False)
-    assert _cli.main(["probe", str(tmp_path / "data.csv"), "--text-column", "text",
+    assert _command.main(["probe", str(tmp_path / "data.csv"), "--text-column", "text",
                       "--label-column", "label", "--model", tiny_model_dir, "--cv", "2",
                       "--poolings", "cls,mean", "--out", str(tmp_path / "report.png")]) == 0
     assert "best: layer=" in capsys.readouterr().out
@@ -354,12 +355,12 @@ def test_a_class_smaller_than_the_folds_is_said_once(tiny_model_dir, labels):
 @pytest.mark.parametrize("terminal", [False, True])
 def test_probe_is_quiet_and_its_table_rounded(tiny_model_dir, tmp_path, capsys, monkeypatch,
                                               terminal):
-    monkeypatch.setattr(_cli, "is_terminal", lambda stream: terminal)
+    monkeypatch.setattr(_command, "is_terminal", lambda stream: terminal)
     texts = X + ["good great film", "awful bad movie"]
     labels = Y + ["mixed", "mixed"]  # a class smaller than the folds
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "data.csv", index=False)
     with pytest.warns(UserWarning) as caught:
-        assert _cli.main(["probe", str(tmp_path / "data.csv"), "--text-column", "text",
+        assert _command.main(["probe", str(tmp_path / "data.csv"), "--text-column", "text",
                           "--label-column", "label", "--model", tiny_model_dir, "--cv", "3",
                           "--out", str(tmp_path / "report.png")]) == 0
     messages = [str(warning.message) for warning in caught]
@@ -393,12 +394,12 @@ def test_device_and_model_directory_errors_say_what_is_wrong(tiny_model_dir, tmp
 
 def test_the_command_bounds_the_onednn_kernel_caches_unless_set(monkeypatch):
     variables, seen = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"), []
-    monkeypatch.setattr(_cli, "main",
+    monkeypatch.setattr(_command, "main",
                         lambda: seen.append([os.environ.get(name) for name in variables]) or 0)
     for variable in variables:
         monkeypatch.setenv(variable, "unset below")  # so that the test's end restores it
         monkeypatch.delenv(variable)
-    assert _cli.run() == 0
+    assert _command.run() == 0
     monkeypatch.setenv(variables[0], "256")
-    assert _cli.run() == 0
+    assert _command.run() == 0
     assert seen == [["16", "16"], ["256", "16"]]

@@ -12,7 +12,7 @@ from sklearn.preprocessing import normalize
 
 import skbert
 from skbert import BertVectorizer
-from skbert._encoding import EXCLUDED, _cut_windows, tokenize
+from skbert._encoder._encoding import EXCLUDED, _cut_windows, tokenize
 from tests.conftest import count_forward_rows
 
 LONG = " ".join(["the cat sat on the mat and the dog ran to the river"] * 8)

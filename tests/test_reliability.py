@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from sklearn import clone
 
 import skbert
-from skbert import BertVectorizer, _cache, _exports, _stores
+from skbert import BertVectorizer
+from skbert._encoder import _cache, _exports, _stores
 
 HOSTILE = [
     "", " ", "\t\n\r ", "\x00", "a\x00b", "\x07\x1b[31mred\x1b[0m", "\u202eevil\u202c",
@@ -91,7 +92,7 @@ def test_threads_get_their_own_rows(tiny_model_dir):
 
 
 def test_interrupted_transform_leaves_the_cache_consistent(tiny_model_dir, tmp_path, texts):
-    from skbert import _loading
+    from skbert._encoder import _loading
 
     vectorizer = BertVectorizer(tiny_model_dir, cache=str(tmp_path), batch_size=2).fit()
     vectorizer.model_, _ = _loading.from_pretrained(tiny_model_dir, None, "float32")
@@ -133,7 +134,7 @@ def test_hub_id_without_network_is_named():
 def test_remote_code_is_never_trusted(tiny_model_dir, tmp_path, monkeypatch):
     import transformers
 
-    from skbert import _loading
+    from skbert._encoder import _loading
 
     calls = []  # (kind, the trust_remote_code skbert passed)
 

@@ -7,7 +7,8 @@ import sklearn
 from sklearn.utils._param_validation import InvalidParameterError
 
 import skbert
-from skbert import BertVectorizer, BertWordVectorizer, _loading, _stores
+from skbert import BertVectorizer, BertWordVectorizer
+from skbert._encoder import _loading, _stores
 
 SAMPLES = [("the cat sat on the mat".split(), 1), ("a big red dog runs fast".split(), 3),
            ("the cat sat on the mat".split(), 5)]

@@ -397,7 +397,7 @@ def test_a_window_without_room_for_text_is_an_error(tiny_model_dir, tmp_path):
 
 def test_fine_tuning_trains_in_the_folders_window(short_window_dir, monkeypatch):
     from skbert import FineTunedVectorizer, _tuned
-    from skbert._encoding import tokenize
+    from skbert._encoder._encoding import tokenize
 
     lengths = []
 

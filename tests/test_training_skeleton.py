@@ -16,8 +16,8 @@ from skbert import (
     BertVectorizer,
     BertWordClassifier,
     FineTunedVectorizer,
-    _training,
 )
+from skbert._train import _training
 
 QUESTIONS = ["who wrote the book", "where is the city", "when did it start", "who is he",
              "where is the river", "when is the movie", "who sang it", "where was the dog",
@@ -123,7 +123,7 @@ def test_seeded_classifier_fits_in_threads_give_what_they_give_alone(tiny_model_
 def test_gradient_caching_replays_the_dropout_its_loss_saw(tiny_model_dir, monkeypatch):
     """Each chunk's second pass (with a graph) draws the dropout masks of its first (without),
     whatever another fit in another thread does meanwhile: the gradient is the loss's."""
-    from skbert import _losses
+    from skbert._train import _losses
 
     calls, cached = [], _losses.cached
 

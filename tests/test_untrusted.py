@@ -17,7 +17,8 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 
-from skbert import BertVectorizer, SimilaritySearch, _persistence
+from skbert import BertVectorizer, SimilaritySearch
+from skbert._encoder import _persistence
 
 # --- model folders that ship code ----------------------------------------------------------------
 
@@ -67,12 +68,13 @@ def test_folder_with_code_is_refused(code_folder, marker):
 
 
 def test_fine_tuning_and_the_command_refuse_it_too(code_folder, marker, tmp_path, capsys):
-    from skbert import BertClassifier, _cli
+    from skbert import BertClassifier
+    from skbert._cli import _command
 
     with pytest.raises(ValueError, match=REFUSED):
         BertClassifier(str(code_folder)).fit(["a", "b"], [0, 1])
     (tmp_path / "in.txt").write_text("the cat\n")
-    assert _cli.main(["embed", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.npy"),
+    assert _command.main(["embed", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.npy"),
                       "--model", str(code_folder)]) == 1
     assert REFUSED in capsys.readouterr().err
     assert not marker.exists()

@@ -285,7 +285,7 @@ def test_reference_pickle_detects_changed_weights(tiny_model_dir, texts, tmp_pat
     import torch
     from transformers import AutoModel
 
-    from skbert import _loading
+    from skbert._encoder import _loading
 
     private_copy = tmp_path / "model"
     shutil.copytree(tiny_model_dir, private_copy)

@@ -14,7 +14,9 @@ from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV
 from sklearn.utils import estimator_checks
 
-from skbert import BertWordClassifier, BertWordVectorizer, _loading, _training
+from skbert import BertWordClassifier, BertWordVectorizer
+from skbert._encoder import _loading
+from skbert._train import _training
 
 SENTENCES = [s.split() for s in [
     "the cat sat on the mat", "a dog ran to the river", "the big dog runs fast",

@@ -111,7 +111,7 @@ def test_layers_merge_as_for_texts(tiny_model_dir):
 
 
 def test_a_grid_forwards_each_sentence_once(tiny_model_dir):
-    from skbert import _loading
+    from skbert._encoder import _loading
 
     skbert.clear_cache()
     model, _ = _loading.from_pretrained(tiny_model_dir, None, "float32")
@@ -318,7 +318,7 @@ def conllu_text():
 
 
 def test_the_token_level_probe(tiny_model_dir, tmp_path, capsys):
-    from skbert import _cli
+    from skbert._cli import _command
     from skbert.datasets._conllu import read_conllu
     from skbert.probe import layer_report
 
@@ -328,7 +328,7 @@ def test_the_token_level_probe(tiny_model_dir, tmp_path, capsys):
                           groups=groups, poolings=["mean", "first"])
     assert report.columns.name == "subword_pooling" and list(report.columns) == ["mean", "first"]
     assert list(report.index) == [0, 1, 2] and np.isfinite(report.to_numpy()).all()
-    assert _cli.main(["probe", str(tmp_path / "pos.conllu"), "--model", tiny_model_dir,
+    assert _command.main(["probe", str(tmp_path / "pos.conllu"), "--model", tiny_model_dir,
                       "--cv", "2", "--out", str(tmp_path / "probe.png")]) == 0
     table = (tmp_path / "probe.csv").read_text().splitlines()
     assert table[0] == "layer,mean,first,last,first_last,max" and len(table) == 4
@@ -336,7 +336,7 @@ def test_the_token_level_probe(tiny_model_dir, tmp_path, capsys):
 
 
 def test_chunks_of_a_few_sentences_give_the_same_features(tiny_model_dir, monkeypatch):
-    from skbert import _cache
+    from skbert._encoder import _cache
 
     skbert.clear_cache()
     vectorizer = BertWordVectorizer(tiny_model_dir, batch_size=1).fit()

@@ -1,18 +1,18 @@
-"""Cache keys: the name of each entry of the forward-pass cache (:mod:`skbert._cache`).
+"""Cache keys: the name of each entry of the forward-pass cache (:mod:`skbert._encoder._cache`).
 
 A window's key hashes the model's fingerprint, the engine and the window's token
 ids and token type ids, which already reflect ``max_length``, ``truncation`` and
 ``stride``: a setting that changes what the encoder reads changes the key, one
 that does not (a short text under any truncation) is served from the same entry.
 An entry's name is the key and a tag of what it holds: a text's record
-(:attr:`skbert._features.Layout.tag`) or a sentence's token states (:func:`states_tag`).
+(:attr:`skbert._encoder._features.Layout.tag`) or a sentence's token states (:func:`states_tag`).
 """
 
 import hashlib
 
 import numpy as np
 
-from skbert._features import EXCLUDED
+from skbert._encoder._features import EXCLUDED
 
 # The format joins every key, so entries of another format are misses, never misread.
 FORMAT = b"skbert-cache-v3"
@@ -25,7 +25,7 @@ def window_keys(windows, model_fingerprint, engine_tag):
     32 hex digits (``S32``: 32 bytes a window, where a list of str takes 90).
 
     ``model_fingerprint`` names weights and config, ``engine_tag`` what computes
-    with them (:attr:`skbert._engines.Engine.tag`: backend, dtype, library
+    with them (:attr:`skbert._encoder._engines.Engine.tag`: backend, dtype, library
     versions, calibration).
 
     The special-token mask, which follows from the token ids, joins the key

@@ -9,7 +9,7 @@ writes them to a temporary directory and reads them back with
 import tempfile
 from pathlib import Path
 
-from skbert import _loading
+from skbert._encoder import _loading
 
 
 def dump_model(model, tokenizer):

@@ -42,7 +42,7 @@ def atomic_file(path, *, text=False, fsync=False):
     Examples
     --------
     >>> import os, tempfile
-    >>> from skbert._files import atomic_file
+    >>> from skbert._encoder._files import atomic_file
     >>> folder = tempfile.mkdtemp()
     >>> with atomic_file(os.path.join(folder, "notes.txt"), text=True) as file:
     ...     _ = file.write("written whole or not at all")
@@ -88,7 +88,7 @@ def staged_directory(target):
     Examples
     --------
     >>> import os, tempfile
-    >>> from skbert._files import staged_directory
+    >>> from skbert._encoder._files import staged_directory
     >>> folder = tempfile.mkdtemp()
     >>> with staged_directory(os.path.join(folder, "export")) as staging:
     ...     open(os.path.join(staging.path, "model.onnx"), "wb").close()

@@ -13,7 +13,7 @@ A setting that such a folder cannot express (an inner layer, BERT's pooler,
 special tokens left out of pooling, ...) is refused before anything is
 written, rather than saved as a folder whose vectors differ from ``transform``.
 The folder is written under a temporary name and renamed into place
-(:func:`skbert._files.staged_directory`): it is there whole or not at all, and
+(:func:`skbert._encoder._files.staged_directory`): it is there whole or not at all, and
 never replaces a user's files.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 from sklearn.utils.validation import check_is_fitted
 
-from skbert import _files, _loading
-from skbert._encoding import TOKENIZER_LOCK
+from skbert._encoder import _files, _loading
+from skbert._encoder._encoding import TOKENIZER_LOCK
 
 # skbert pooling -> the sentence-transformers Pooling flag that computes it.
 POOLING_FLAGS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",

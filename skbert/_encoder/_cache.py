@@ -1,6 +1,6 @@
 """The forward-pass cache: one encoder pass per distinct window, reused by every setting.
 
-An entry of a text's window is its *record* (:class:`skbert._features.Layout`):
+An entry of a text's window is its *record* (:class:`skbert._encoder._features.Layout`):
 one float32 row holding, for every layer, the [CLS] and final [SEP] vectors,
 the masked mean and max with and without special tokens, the token counts, the
 pooler output, and max pooling of the usual layer averages. That serves any
@@ -10,7 +10,7 @@ pooler output, and max pooling of the usual layer averages. That serves any
 about 91 KB for all-MiniLM-L6-v2 (7 x 384) and 329 KB for BERT-base (13 x 768).
 A rarer multi-layer max gets a record of its own layout next to it. An entry of
 a sentence's window is its token states (:mod:`skbert._words`). Entries are
-named by :mod:`skbert._keys` and kept by :mod:`skbert._stores`.
+named by :mod:`skbert._encoder._keys` and kept by :mod:`skbert._encoder._stores`.
 
 :func:`window_entries` walks the distinct windows of one call, longest first,
 in chunks of a few MB of entries: a chunk's hits are served by the store, its
@@ -25,9 +25,9 @@ import warnings
 
 import numpy as np
 
-from skbert._encoding import Rows
-from skbert._keys import entry_name, window_keys
-from skbert._stores import (
+from skbert._encoder._encoding import Rows
+from skbert._encoder._keys import entry_name, window_keys
+from skbert._encoder._stores import (
     MEMORY,
     DiskStore,
     check_cache,

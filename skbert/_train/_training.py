@@ -31,8 +31,8 @@ from numbers import Integral
 
 import numpy as np
 
-from skbert import _loading
 from skbert._compat import Interval, StrOptions
+from skbert._encoder import _loading
 
 # ``freeze`` in every fine-tuner ("none" is None; FineTunedVectorizer refuses "all" at fit).
 FREEZE_CONSTRAINT = [None, StrOptions({"none", "embeddings", "all", "lora"}),
@@ -173,15 +173,15 @@ def token_states(encoder, inputs, layers, combine):
 def pooled(encoder, inputs, special_mask, extraction):
     """The pooled vectors of one batch of encoder ``inputs`` for ``extraction``, differentiable.
 
-    The training twin of encoding with :func:`skbert._encoding.forward_parts`
-    and :func:`skbert._features.assemble` (which pool the same tokens with the
+    The training twin of encoding with :func:`skbert._encoder._encoding.forward_parts`
+    and :func:`skbert._encoder._features.assemble` (which pool the same tokens with the
     same operations, tested equal): token vectors of the layers merged by the
     extraction's combine (:func:`token_states`), then pooled over the tokens
-    that its mask keeps (``special_mask`` as :func:`skbert._encoding.tokenize`
+    that its mask keeps (``special_mask`` as :func:`skbert._encoder._encoding.tokenize`
     makes it).
     """
     from skbert import pooling
-    from skbert._features import EXCLUDED
+    from skbert._encoder._features import EXCLUDED
 
     outputs, merged = token_states(encoder, inputs, extraction.layers, extraction.combine)
     if extraction.pooling == "pooler":
@@ -500,7 +500,7 @@ def fit_network(base, recipe, batch_loss, rows, *, name, seed, device, dtype, n_
     """
     import torch
 
-    from skbert import _lora
+    from skbert._train import _lora
 
     freeze = recipe.freeze
     if n_steps is None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from skbert._compat import install_output_hooks, with_children
-from skbert._features import EXCLUDED, compute_parts, layers_read
-from skbert._loading import length_limit
+from skbert._encoder._features import EXCLUDED, compute_parts, layers_read
+from skbert._encoder._loading import length_limit
 
 
 class Rows(collections.abc.Sequence):
@@ -363,9 +363,9 @@ def forward_parts(runner, tokenizer, windows, layouts, batch_size, progress=None
     """Run the encoder over ``windows``; return one records array per layout.
 
     Each array has one row per window, in order, and ``layout.width`` float32
-    columns (see :class:`skbert._features.Layout`); ``out`` gives arrays of
+    columns (see :class:`skbert._encoder._features.Layout`); ``out`` gives arrays of
     that shape to write into instead of new ones. ``runner`` is what an
-    :class:`skbert._engines.Engine` runs on one device (torch, OpenVINO or ONNX
+    :class:`skbert._encoder._engines.Engine` runs on one device (torch, OpenVINO or ONNX
     Runtime): ``runner.encoder(depth, read, pooler)`` runs the encoder cut
     after the deepest layer that ``layouts`` read, and returns the hidden
     states of the layers read only. Records are computed on the runner's device

@@ -11,7 +11,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from skbert._cli_files import (
+from skbert._cli._inputs import (
     CommandError,
     NpyWriter,
     ParquetWriter,
@@ -23,7 +23,7 @@ from skbert._cli_files import (
     verified_rows,
     write_row_index,
 )
-from skbert._loading import LoadError
+from skbert._encoder._loading import LoadError
 from skbert._progress import is_terminal, progress_bar
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last")
@@ -369,6 +369,3 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     """Warnings of the command as one line each, without the source line that raised them."""
     print(f"skbert: warning: {message}", file=sys.stderr if file is None else file)
 
-
-if __name__ == "__main__":
-    sys.exit(run())

@@ -355,7 +355,7 @@ def load(source, revision, dtype, device, records=None):
     (``records.find(source, revision, dtype, device, stamp)``: a
     :class:`LoadedModel`, maybe without its weights yet, or None) and told of
     every model loaded here (``records.write(source, revision, dtype,
-    loaded)``): :mod:`skbert._engines` keeps the fingerprints of the models it
+    loaded)``): :mod:`skbert._encoder._engines` keeps the fingerprints of the models it
     runs that way, so that a process whose exports are stored needs no torch
     model.
     """

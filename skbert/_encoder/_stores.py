@@ -11,7 +11,7 @@ A budget of 0 turns the store off, silently: a call then stores nothing and
 computes only what its setting reads (:func:`store_for`).
 
 On disk, each entry is one file ``<key[:2]>/<key>.f32``: a CRC-32 of the key and
-the values, then the raw float32 values, written atomically (:mod:`skbert._files`)
+the values, then the raw float32 values, written atomically (:mod:`skbert._encoder._files`)
 with the mode that the umask leaves of 0o666 (folders: 0o777), so that
 concurrent writers, a team or a cluster's workers can share the directory. A
 file that cannot be read, has the wrong length or fails its checksum is
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skbert._files import TEMPORARY, atomic_file
+from skbert._encoder._files import TEMPORARY, atomic_file
 
 # Each file starts with a CRC-32 of its key and values: it catches torn, damaged and misplaced
 # files (what a cache must survive) at a fifth of the cost of a cryptographic hash on 90 KB.
@@ -59,7 +59,7 @@ def parse_bytes(text, name="SKBERT_CACHE_BYTES"):
 
     Examples
     --------
-    >>> from skbert._stores import parse_bytes
+    >>> from skbert._encoder._stores import parse_bytes
     >>> parse_bytes("512MB"), parse_bytes("2GiB"), parse_bytes("1.5 gb")
     (512000000, 2147483648, 1500000000)
     """
@@ -271,7 +271,7 @@ class DiskStore:
     Every record it serves is on disk afterwards: one found in memory but
     missing on disk is written then. A store serves one call: writes that fail
     are counted (``n_failed``, the first error in ``write_error``) for the one
-    warning of :func:`skbert._cache.window_entries`, and never raise.
+    warning of :func:`skbert._encoder._cache.window_entries`, and never raise.
     """
 
     def __init__(self, directory):

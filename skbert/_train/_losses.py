@@ -24,7 +24,7 @@ gradient, under the random state of its first pass (the same dropout), so a
 large batch's negatives fit in the memory of a mini-batch.
 """
 
-from skbert import _training
+from skbert._train import _training
 
 
 def _unit(vectors):

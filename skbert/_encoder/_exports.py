@@ -7,7 +7,7 @@ so that a second process or a clone loads it instead of converting again.
 :class:`Records` keeps, beside the exports, the fingerprints of the models
 converted, so that a process whose exports are stored needs no torch weights.
 What is written there is written atomically with modes from the umask
-(:mod:`skbert._files`): a directory shared by several users works for each; one
+(:mod:`skbert._encoder._files`): a directory shared by several users works for each; one
 that cannot be written costs one warning, and the converted model runs from
 memory.
 
@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from skbert import _compat, _files, _loading
+from skbert import _compat
+from skbert._encoder import _files, _loading
 
 # Raise it when the files of an export or a record change: those of another version are
 # not found, and converted again.
@@ -350,7 +351,7 @@ def _convert(engine, depth, states, pooler):
     """
     import torch
 
-    from skbert._encoding import TOKENIZER_LOCK, shallow_view
+    from skbert._encoder._encoding import TOKENIZER_LOCK, shallow_view
 
     loaded, backend = engine.loaded, engine.backend
     model, tokenizer = loaded.model, loaded.tokenizer

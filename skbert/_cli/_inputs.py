@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import open_memmap
 
-from skbert._files import atomic_file
+from skbert._encoder._files import atomic_file
 
 # Row indices written at a time by --missing skip: memory does not grow with the input.
 _INDEX_BLOCK = 64 * 1024

@@ -1,20 +1,20 @@
 """The encoders a batch runs through: torch, OpenVINO and ONNX Runtime, behind one interface.
 
 :func:`load` picks the engine once, at ``fit``: an :class:`Engine` holds the
-loaded model (:class:`skbert._loading.LoadedModel`), the backend, the dtype
+loaded model (:class:`skbert._encoder._loading.LoadedModel`), the backend, the dtype
 and the calibration texts, says what the cache key must say of it
 (:attr:`Engine.tag`) and gives, for a device, the runner that
-:func:`skbert._encoding.forward_parts` calls: ``runner.encoder(depth, read,
+:func:`skbert._encoder._encoding.forward_parts` calls: ``runner.encoder(depth, read,
 pooler)`` is a callable from model inputs to ``({layer: hidden states},
 pooler output or None)`` for the encoder cut after layer ``depth``, and
 ``runner.torch_threads()`` the context that the torch work around the batches
 runs in (one thread beside a CPU engine). Nothing before (tokenization, the
-cache) or after (:func:`skbert._features.compute_parts`) knows which backend
+cache) or after (:func:`skbert._encoder._features.compute_parts`) knows which backend
 runs.
 
 The CPU engines run graphs converted from a private copy of the torch model,
 once per export key, and stored for other processes and clones
-(:mod:`skbert._exports`); a process whose exports are stored does not even load
+(:mod:`skbert._encoder._exports`); a process whose exports are stored does not even load
 the torch weights.
 
 Precision: ``"float32"`` is pinned to f32 (OpenVINO's CPU plugin otherwise
@@ -33,12 +33,12 @@ import importlib.util
 import json
 from dataclasses import dataclass, field
 
-from skbert import _exports, _loading
-from skbert._onednn import onednn_linears
+from skbert._encoder import _exports, _loading
+from skbert._encoder._onednn import onednn_linears
 from skbert._threads import one_openmp_thread
 
 BACKENDS = ("torch", "openvino", "onnx")
-# What each CPU engine computes in; torch keeps its own list (skbert._loading.DTYPES).
+# What each CPU engine computes in; torch keeps its own list (skbert._encoder._loading.DTYPES).
 ENGINE_DTYPES = {"openvino": ("float32", "bfloat16", "int8"), "onnx": ("float32",)}
 _EXTRAS = {"openvino": ("openvino", "nncf"), "onnx": ("onnxruntime", "onnx")}
 # Calibration texts for int8 at most: NNCF's own default subset size.
@@ -79,7 +79,8 @@ def check_backend(backend, dtype, device):
 
 def resolve_device(backend, device):
     """Where ``backend`` runs for the ``device`` parameter: the CPU engines run on the CPU
-    (``"auto"`` resolves there), torch where :func:`skbert._loading.resolve_device` says."""
+    (``"auto"`` resolves there), torch where :func:`skbert._encoder._loading.resolve_device`
+    says."""
     return _loading.resolve_device("cpu" if backend != "torch" and device == "auto" else device)
 
 
@@ -173,7 +174,7 @@ class Engine:
         return _exports.digest(json.dumps(parts, sort_keys=True))
 
     def runner(self, device):
-        """What :func:`skbert._encoding.forward_parts` calls on ``device``."""
+        """What :func:`skbert._encoder._encoding.forward_parts` calls on ``device``."""
         if self.backend != "torch":
             check_backend(self.backend, self.dtype, device)
             return _CompiledRunner(self)
@@ -208,7 +209,7 @@ class TorchRunner:
     def encoder(self, depth, read, pooler):
         """``inputs -> (hidden states by layer, pooler output)`` of the model run only as deep
         as ``depth``, with the inner hidden states requested only when ``read`` needs them."""
-        from skbert._encoding import shallow_view
+        from skbert._encoder._encoding import shallow_view
 
         view = shallow_view(self.model, depth)
         top = depth if view is not self.model else self.config.num_hidden_layers  # where it ends

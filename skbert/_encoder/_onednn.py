@@ -1,4 +1,5 @@
-"""The torch engine's Linear layers on oneDNN, where the CPU has AVX-512 (skbert._engines)."""
+"""The torch engine's Linear layers on oneDNN, where the CPU has AVX-512
+(skbert._encoder._engines)."""
 
 import logging
 from types import SimpleNamespace
@@ -19,7 +20,7 @@ def onednn_linears(model):
     and it costs memory: oneDNN keeps kernels for every batch shape it has run
     (290 shapes: +511 MB resident against +54 MB with torch's Linear), so the
     torch engine uses it on CPUs with AVX-512 only, and pads its batches to a
-    grid of widths that bounds the shapes (:func:`skbert._encoding.padded_length`).
+    grid of widths that bounds the shapes (:func:`skbert._encoder._encoding.padded_length`).
     The result is a copy of the module tree that shares every weight, the Linear
     ones too. Both
     compute in float32: features differ by rounding (a few 1e-6).
@@ -32,7 +33,7 @@ def onednn_linears(model):
     or a weight requires them; and for the whole tree from then on once the op
     has failed (the plain Linear then raises where the input is at fault, and
     the op is kept). The failure's reason is ``fallback.reason`` of every
-    converted layer (None before) and logged once, at INFO, by ``skbert._onednn``.
+    converted layer (None before) and logged once, at INFO, by ``skbert._encoder._onednn``.
     """
     import torch
 
