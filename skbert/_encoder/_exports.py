@@ -503,24 +503,35 @@ def _this_thread_quiet():
     """Hide :data:`_QUIET` records for this thread only: filters rather than levels, so that
     other threads log as before. The warnings of tracing are :func:`_expected_warnings_hidden`'s.
 
-    The filters sit on the handlers, not the loggers: Python consults a logger's filters for
-    the records logged on it only, a handler's for every record it is given, those that
-    children propagate included (transformers logs on one logger per module, some created
-    while converting). A filter list is replaced, not changed in place: another thread
-    filtering a record meanwhile goes on over the old list (a removal in place skips an
-    element of a loop over it).
+    The filters sit on the handlers: Python consults a logger's filters for the records
+    logged on it only, a handler's for every record it is given, those that children
+    propagate included (transformers logs on one logger per module, some created while
+    converting). They sit on the loggers of those names that exist too, so that a record
+    logged there is dropped before it reaches any handler, one added meanwhile included:
+    OpenVINO's conversion adds one to the root logger while it runs, which transformers'
+    records reach where transformers propagates (it does when the environment sets ``CI``).
+    A filter list is replaced, not changed in place: another thread filtering a record
+    meanwhile goes on over the old list (a removal in place skips an element of a loop over
+    it).
     """
     quiet = [_ThisThread(name, level) for name, level in _QUIET.items()]
-    handlers = {handler: None for name in _QUIET for handler in _handlers_reached(name)}
+    filterers = {handler: None for name in _QUIET for handler in _handlers_reached(name)}
+    filterers.update({logger: None for name in _QUIET for logger in _loggers(name)})
     with _quieting:
-        for handler in handlers:
-            handler.filters = [*handler.filters, *quiet]
+        for filterer in filterers:
+            filterer.filters = [*filterer.filters, *quiet]
     try:
         yield
     finally:
         with _quieting:
-            for handler in handlers:
-                handler.filters = [kept for kept in handler.filters if kept not in quiet]
+            for filterer in filterers:
+                filterer.filters = [kept for kept in filterer.filters if kept not in quiet]
+
+
+def _loggers(name):
+    """The loggers created so far that are ``name`` or its children."""
+    return [logger for logger_name, logger in logging.root.manager.loggerDict.copy().items()
+            if isinstance(logger, logging.Logger) and f"{logger_name}.".startswith(f"{name}.")]
 
 
 def _handlers_reached(name):
@@ -528,11 +539,10 @@ def _handlers_reached(name):
     are created: none is created here (NNCF, imported after, would keep a logger of the wrong
     class), and Python's last resort for records that reach none is one of them."""
     handlers = [] if logging.lastResort is None else [logging.lastResort]
-    for logger_name, logger in logging.root.manager.loggerDict.copy().items():
-        if isinstance(logger, logging.Logger) and f"{logger_name}.".startswith(f"{name}."):
-            while logger is not None:
-                handlers.extend(logger.handlers)
-                logger = logger.parent if logger.propagate else None
+    for logger in _loggers(name):
+        while logger is not None:
+            handlers.extend(logger.handlers)
+            logger = logger.parent if logger.propagate else None
     return handlers
 
 
