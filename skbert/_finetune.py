@@ -22,7 +22,6 @@ numpy arrays (``coef_``, ``intercept_``); the training loop is in
 import dataclasses
 import inspect
 import os
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -41,7 +40,7 @@ from skbert._encoder import _engines, _loading
 from skbert._encoder._encoding import _model_inputs, tokenize
 from skbert._encoder._features import Extraction, n_features
 from skbert._train import _lora, _training
-from skbert._validation import check_texts
+from skbert._validation import check_texts, warn_at_caller
 from skbert._vectorizer import BertVectorizer
 
 
@@ -320,7 +319,7 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         """
         import torch
 
-        freeze = None if self.freeze == "none" else self.freeze
+        freeze = _training.resolved_freeze(self.freeze)
         epochs, warmup = self._schedule()
         _check_persist_weights(self.persist_weights, freeze)
         if (self.backend != "torch" or self.dtype == "int8") and freeze != "all":
@@ -401,11 +400,10 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         values = {"epochs": self.epochs, "warmup": self.warmup}
         for old, new in self._renamed.items():
             if getattr(self, old) != "deprecated":
-                warnings.warn(
+                warn_at_caller(
                     f"{old} was renamed {new} (the name of every skbert fine-tuner) and will "
                     f"be removed in the next release: use {new}={getattr(self, old)!r}.",
-                    # At the user's call: _schedule < _fit < fit < _fit_context's wrapper.
-                    FutureWarning, stacklevel=5)
+                    FutureWarning)
                 values[new] = getattr(self, old)
         return values["epochs"], values["warmup"]
 

@@ -27,7 +27,7 @@ from skbert._encoder._encoding import _model_inputs, tokenize
 from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._index import unit_rows
 from skbert._train import _lora, _losses, _training
-from skbert._validation import check_text_tuples
+from skbert._validation import check_text_tuples, warn_at_caller
 from skbert._vectorizer import BertVectorizer
 
 # What each loss trains on: the number of texts per item, and whether it reads y.
@@ -81,28 +81,19 @@ def _warn_short_batches(batches, row_texts, batch_size):
     """Warn where texts that repeat leave more ``batches`` than full ones would be, short
     ones: each text of a short batch meets fewer in-batch negatives, and a batch of one row
     meets none (its loss is 0: it trains nothing). ``row_texts``: the text ids of each row."""
-    import sys
-    import warnings
-
     n_rows = len(row_texts)
     if len(batches) <= -(-n_rows // batch_size):
         return
     n_short = sum(len(batch) < batch_size for batch in batches)
     n_single = sum(len(batch) == 1 for batch in batches)
     _, counts = np.unique(row_texts, return_counts=True)
-    # Name the caller's line: the first frame outside skbert and scikit-learn.
-    packages = tuple(os.path.dirname(module.__file__) + os.sep
-                     for module in (sys.modules["skbert"], sys.modules["sklearn"]))
-    frame, stacklevel = sys._getframe(1), 2
-    while frame is not None and frame.f_code.co_filename.startswith(packages):
-        frame, stacklevel = frame.f_back, stacklevel + 1
     single = f", {n_single} of them one item (no negatives: it trains nothing)" if n_single else ""
-    warnings.warn(
+    warn_at_caller(
         f"{n_short} of the {len(batches)} batches of in-batch negatives hold fewer than "
         f"batch_size={batch_size} items{single}: texts repeat (one is in {counts.max()} of the "
         f"{n_rows} items), and a batch never holds a text twice, so each text of a short batch "
         "is contrasted with fewer others. Give more distinct anchors, or label the positives "
-        "by their anchor and use loss='supcon'.", UserWarning, stacklevel=stacklevel)
+        "by their anchor and use loss='supcon'.")
 
 
 @shared({"lora": LORA})
@@ -334,7 +325,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
 
         columns = check_text_tuples(X, (2, 3))
         loss, targets = self._checked_targets(columns, y)
-        freeze = None if self.freeze == "none" else self.freeze
+        freeze = _training.resolved_freeze(self.freeze)
         template = BertVectorizer() if self.vectorizer is None else self.vectorizer
         self._check_settings(freeze, template)
         index = {}  # text -> id, in order of first appearance
@@ -549,11 +540,11 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
             y = column_or_1d(y, warn=True)
             if len(y) != len(columns[0]):
                 raise ValueError(f"y has {len(y)} values for the {len(columns[0])} items of X.")
-        distinct = list(dict.fromkeys(text for column in columns for text in column))
-        if y is not None and len(columns) == 2:  # PairSimilarity's score, over these vectors
+        if y is not None and len(columns) == 2:  # scored pairs: PairSimilarity's score
             from skbert._search import PairSimilarity
 
             return PairSimilarity(self).fit(X).score(X, y)
+        distinct = list(dict.fromkeys(text for column in columns for text in column))
         vectors = unit_rows(self._vectorizer._transform_input(distinct), np.float64)
         where = {text: i for i, text in enumerate(distinct)}
         rows = [vectors[[where[text] for text in column]] for column in columns]

@@ -1,9 +1,23 @@
-"""Input validation shared by every skbert estimator."""
+"""Input validation shared by every skbert estimator, and warnings about it."""
 
 import collections.abc
 import numbers
+import os
+import sys
+import warnings
 
 import numpy as np
+
+
+def warn_at_caller(message, category=UserWarning):
+    """Warn at the user's line: the first frame outside skbert and scikit-learn (an
+    estimator's fit runs inside sklearn's ``_fit_context`` wrapper), however deep the call."""
+    packages = tuple(os.path.dirname(sys.modules[name].__file__) + os.sep
+                     for name in ("skbert", "sklearn"))
+    frame, stacklevel = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(packages):
+        frame, stacklevel = frame.f_back, stacklevel + 1
+    warnings.warn(message, category, stacklevel=stacklevel)
 
 
 def _items(X, expected="raw text documents", widths=(2,)):

@@ -255,7 +255,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         import torch
 
         samples = _words.check_words(X)
-        freeze = None if self.freeze == "none" else self.freeze
+        freeze = _training.resolved_freeze(self.freeze)
         _check_persist_weights(self.persist_weights, freeze, self._light)
         if freeze == "lora":
             _lora.check_peft()

@@ -40,6 +40,11 @@ FREEZE_CONSTRAINT = [None, StrOptions({"none", "embeddings", "all", "lora"}),
 
 _OR_ALL = " or 'all'"
 
+
+def resolved_freeze(freeze):
+    """``freeze`` as the training reads it: "none" is None."""
+    return None if freeze == "none" else freeze
+
 # Seeded training sets torch's global random state, which dropout draws from: one at a time.
 _TRAINING = threading.RLock()
 
@@ -78,14 +83,14 @@ def check_freeze(encoder, freeze, layers, name, *, allow_all=True, reads_pooler=
             + (", or 'all' to train the head alone on the frozen encoder." if allow_all
                else "."))
     if freeze != "lora":
-        frozen_modules(encoder, freeze, name, allow_all)  # the model's structure, checked
+        frozen_modules(encoder, freeze, allow_all)  # the model's structure, checked
 
 
-def frozen_modules(encoder, freeze, name, allow_all=True):
+def frozen_modules(encoder, freeze, allow_all=True):
     """The modules that ``freeze`` names: embeddings and the bottom k layers, or all.
 
-    ``name`` is the model's id or path, and ``allow_all`` whether the
-    estimator takes "all", for the error messages.
+    ``freeze`` is checked against the layers by :func:`check_freeze`;
+    ``allow_all`` says whether the estimator takes "all", for the error message.
     """
     import torch
 
@@ -104,12 +109,6 @@ def frozen_modules(encoder, freeze, name, allow_all=True):
             f"freeze={freeze!r} needs the embeddings and the list of layers of the "
             f"model, and {type(encoder).__name__} does not expose them as BERT does; "
             f"use freeze=None, 'lora'{_OR_ALL if allow_all else ''}."
-        )
-    if n_frozen > n_layers:
-        raise ValueError(
-            f"freeze={freeze!r} exceeds the {n_layers} layers of {name!r}: use None, "
-            f"'embeddings', 'lora', an int from 0 to {n_layers - 1}"
-            f"{_OR_ALL if allow_all else ''}."
         )
     return [embeddings, *layers[:n_frozen]]
 
@@ -457,8 +456,8 @@ class Recipe:
     head_learning_rate: float
     warmup: float
     weight_decay: float
+    lora: tuple
     max_grad_norm: object = None
-    lora: tuple = (8, 16, 0.1)
 
 
 @dataclass(frozen=True)
@@ -511,7 +510,7 @@ def fit_network(base, recipe, batch_loss, rows, *, name, seed, device, dtype, n_
             frozen = []
         else:
             encoder = base if freeze == "all" else copy.deepcopy(base).to(device)
-            frozen = frozen_modules(encoder, freeze, name)
+            frozen = frozen_modules(encoder, freeze)
             trainable = unfreeze(encoder, frozen)
         head = (torch.nn.Identity() if n_outputs is None
                 else linear_head(encoder.config, n_inputs, n_outputs, device))
