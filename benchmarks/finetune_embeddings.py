@@ -22,6 +22,9 @@ process, each side's training and scoring timed the same way:
   ``skbert.probe.learning_curve``'s frozen, LoRA and full BertClassifier
   rows, on the same samples.
 - ``speed``: one epoch of the STS-B recipe on each side, twice, alternating.
+- ``defaults``: STS-B as in ``stsb``, but every FineTunedVectorizer parameter
+  at its default (1 epoch, batch 32, ``learning_rate="auto"``: 2e-5, LoRA
+  5e-4), full fine-tuning beside LoRA (rank 8 on query and value).
 - ``memory``: peak RSS growth of one fit of 512 SciFact pairs at batch 256,
   with ``mini_batch_size=32`` and without, each in a fresh process.
 
@@ -326,8 +329,24 @@ def part_speed(report):
     report["speed"] = {"stsb_seconds_per_epoch": rows}
 
 
-PARTS = {"stsb": part_stsb, "speed": part_speed, "scifact": part_scifact,
-         "curve": part_curve, "trec": part_trec, "memory": part_memory}
+def part_defaults(report):
+    from skbert import FineTunedVectorizer
+    from skbert.datasets import load_stsb
+
+    X, y = load_stsb("train", return_X_y=True)
+    X_test, y_test = load_stsb("test", return_X_y=True)
+    rows = {}
+    for name, freeze in (("full", "none"), ("lora", "lora")):
+        estimator, seconds = fit_timed(FineTunedVectorizer(vectorizer(), freeze=freeze,
+                                                           random_state=SEED), X, y)
+        rows[name] = {"spearman": spearman(estimator.transform, X_test, y_test),
+                      "fit_s": seconds}
+        print(f"  defaults, {name}: {json.dumps(rows[name])}", flush=True)
+    report["defaults"] = rows
+
+
+PARTS = {"defaults": part_defaults, "stsb": part_stsb, "speed": part_speed,
+         "scifact": part_scifact, "curve": part_curve, "trec": part_trec, "memory": part_memory}
 
 
 def main():

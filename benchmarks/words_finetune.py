@@ -23,6 +23,8 @@ CPU's model and bf16 / AMX / VNNI flags printed first. Parts:
 - ``curve``: ``skbert.probe.learning_curve`` with ``groups`` at 50, 200 and
   1,000 training sentences (UPOS; its default strategies: the frozen best
   layer by GroupKFold, LoRA, full); the 2,001 row is the ``ud`` part's.
+- ``defaults``: UPOS, LoRA and full fine-tuning alone, as in ``ud`` but with
+  ``max_length=512`` (one test word takes 335 tokens).
 
 Run from the repository root: ``python benchmarks/words_finetune.py ud reference curve
 [--output report.json]``; each part runs alone too.
@@ -242,7 +244,20 @@ def part_curve(report):
                        "n_words": curve.attrs["n_words"].tolist()}
 
 
-PARTS = {"ud": part_ud, "reference": part_reference, "curve": part_curve}
+def part_defaults(report):
+    """UPOS with every BertWordClassifier parameter at its default: LoRA beside full."""
+    rows = {}
+    for name, freeze in (("lora", "lora"), ("full", "none")):
+        # max_length=512: one test word (a URL) takes 335 tokens, more than the 256 of the
+        # model folder's max_seq_length, which predict refuses.
+        score, seconds, epochs = fine_tuned("upos", freeze, max_length=512)
+        rows[name] = {"accuracy": score, "fit_seconds": seconds, "epochs": epochs}
+        print(json.dumps({name: rows[name]}), flush=True)
+    report["defaults"] = rows
+
+
+PARTS = {"ud": part_ud, "reference": part_reference, "curve": part_curve,
+         "defaults": part_defaults}
 
 
 def main():

@@ -179,9 +179,11 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         The same loss and gradients as without it, in the memory of a
         mini-batch, at the cost of a second forward pass. None computes a batch's
         texts in forward passes of ``batch_size`` texts with one graph.
-    learning_rate : float, default=2e-5
-        Peak learning rate of AdamW. Adapters (``freeze="lora"``) start from
-        zero and usually want more (1e-4 to 1e-3).
+    learning_rate : float or "auto", default="auto"
+        Peak learning rate of AdamW. "auto" is 2e-5 (sentence-transformers'
+        default), and 5e-4 with ``freeze="lora"``: adapters start from zero
+        and want larger steps (on STS-B, 5e-4 came within 0.01 of full
+        fine-tuning; see benchmarks/README.md).
     warmup : float, default=0.1
         Fraction of the steps over which the learning rate rises from 0.
     temperature : float, default=0.05
@@ -258,7 +260,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         "epochs": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "mini_batch_size": [Interval(Integral, 1, None, closed="left"), None],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "warmup": [Interval(Real, 0, 1, closed="both")],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
@@ -278,7 +280,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         epochs=1,
         batch_size=32,
         mini_batch_size=None,
-        learning_rate=2e-5,
+        learning_rate="auto",
         warmup=0.1,
         temperature=0.05,
         random_state=None,
@@ -388,8 +390,11 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
                 return _losses.cached(embed, chunks, loss_of, device)
             return loss_of(torch.cat([embed(chunk) for chunk in chunks]))
 
+        rate = self.learning_rate
+        if rate == "auto":
+            rate = 5e-4 if freeze == "lora" else 2e-5
         recipe = _training.Recipe(
-            freeze, self.epochs, self.batch_size, self.learning_rate, self.learning_rate,
+            freeze, self.epochs, self.batch_size, rate, rate,
             self.warmup, weight_decay=0.0, max_grad_norm=1.0,
             lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))
         epochs = iter(plan)

@@ -458,3 +458,13 @@ def test_the_tuned_encoder_saves_as_a_sentence_transformers_folder(tiny_model_di
     with pytest.raises(ValueError, match="layer"):
         tuner(tiny_model_dir, vectorizer=BertVectorizer(tiny_model_dir, layer=1),
               epochs=1).fit(PAIRS).save_sentence_transformer(tmp_path / "inner")
+
+
+@pytest.mark.parametrize("freeze, rate", [("none", 2e-5), ("lora", 5e-4)])
+def test_auto_learning_rate_by_freeze(tiny_model_dir, freeze, rate):
+    auto = tuner(tiny_model_dir, freeze=freeze, learning_rate="auto", epochs=1).fit(PAIRS)
+    same = tuner(tiny_model_dir, freeze=freeze, learning_rate=rate, epochs=1).fit(PAIRS)
+    other = tuner(tiny_model_dir, freeze=freeze, learning_rate=rate * 10, epochs=1).fit(PAIRS)
+    np.testing.assert_array_equal(auto.transform(TEXTS), same.transform(TEXTS))
+    assert not np.allclose(auto.transform(TEXTS), other.transform(TEXTS))
+    assert FineTunedVectorizer().learning_rate == "auto"
