@@ -11,6 +11,7 @@ import importlib.metadata
 from skbert._encoder._cache import clear_cache, set_cache_limit
 from skbert._finetune import BertClassifier, BertRegressor
 from skbert._search import PairSimilarity, SimilaritySearch
+from skbert._static import StaticVectorizer
 from skbert._tuned import FineTunedVectorizer
 from skbert._vectorizer import BertVectorizer
 from skbert._word_classifier import BertWordClassifier
@@ -30,6 +31,7 @@ __all__ = [
     "FineTunedVectorizer",
     "PairSimilarity",
     "SimilaritySearch",
+    "StaticVectorizer",
     "__version__",
     "clear_cache",
     "set_cache_limit",

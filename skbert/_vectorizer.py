@@ -2,13 +2,14 @@
 
 from numbers import Integral
 
+import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from skbert._base import POOLING_NAMES, FeaturesMixin
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._encoder import _cache, _st_folder
-from skbert._encoder._encoding import forward_parts, text_budget, tokenize
+from skbert._encoder._encoding import forward_parts, text_budget, token_windows, tokenize
 from skbert._encoder._features import (
     Extraction,
     Layout,
@@ -457,6 +458,25 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         """
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
                            self.stride, self.prompt_, self._sentence.include_prompt)
+        features = self._window_features(windows, runner)
+        if len(windows) > len(texts):  # texts cut into several windows ("chunks")
+            features = merge_windows(features, windows.owner, windows.n_text_tokens,
+                                     self.chunk_pooling)
+        return features
+
+    def _token_features(self, token_ids):
+        """Features of each vocabulary token of ``token_ids`` alone
+        (:func:`skbert._encoder._encoding.token_windows`), as ``transform`` makes them but
+        not normalized: what :class:`skbert.StaticVectorizer` distills. Cached as texts are."""
+        check_is_fitted(self)
+        self._check_fit_parameters()
+        windows = token_windows(self.tokenizer_, token_ids, self.prompt_,
+                                self._sentence.include_prompt)
+        features = self._window_features(windows, self._engine.runner(self._device()))
+        return np.ascontiguousarray(features[:, :self._width()])
+
+    def _window_features(self, windows, runner):
+        """Features of each window, from the cache or from forward passes of the misses."""
         extraction, hidden_size, store = self._extraction(), self._config.hidden_size, self._store()
         needed = parts_needed(extraction)
         layouts = [Layout.of(needed if store is None else parts_for_cache(
@@ -478,9 +498,6 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
             features = _cache.window_features(store, keys, windows.lengths, layouts, compute,
                                               assembled, self.batch_size, progress,
                                               [layout.columns(needed) for layout in layouts])
-        if len(windows) > len(texts):  # texts cut into several windows ("chunks")
-            features = merge_windows(features, windows.owner, windows.n_text_tokens,
-                                     self.chunk_pooling)
         return features
 
     def _extraction(self):

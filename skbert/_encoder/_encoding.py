@@ -286,6 +286,30 @@ def _cut_windows(tokenizer, texts, max_length, truncation, stride, prompt):
     return Windows(input_ids, masks, None, np.asarray(owner, dtype=np.int64))
 
 
+def token_windows(tokenizer, token_ids, prompt="", pool_prompt=True):
+    """One window per id of ``token_ids``: the token alone as a text, between the special
+    tokens of a single text and after the prompt's tokens (as :func:`tokenize` puts them).
+
+    How static embeddings are distilled: each vocabulary token through the
+    encoder by its id, so that a word piece ("##ing") is the piece, not the
+    tokens of its spelling.
+    """
+    prefix, suffix = _template(tokenizer)
+    lead = prefix + (tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else [])
+    token_ids = np.asarray(token_ids, dtype=np.int32)
+    width = len(lead) + 1 + len(suffix)
+    input_ids = np.empty((len(token_ids), width), dtype=np.int32)
+    input_ids[:, :len(lead)], input_ids[:, len(lead)] = lead, token_ids
+    input_ids[:, len(lead) + 1:] = suffix
+    mask = [1] * len(prefix) + [0] * (len(lead) - len(prefix) + 1) + [1] * len(suffix)
+    if prompt and not pool_prompt:
+        mask[:len(lead)] = [EXCLUDED] * len(lead)
+    special = np.broadcast_to(np.asarray(mask, dtype=np.int8), input_ids.shape)
+    return Windows(Rows(input_ids.ravel(), np.arange(0, input_ids.size + 1, width)),
+                   Rows(special.ravel(), np.arange(0, input_ids.size + 1, width)), None,
+                   np.arange(len(token_ids)))
+
+
 def _exclude_prompt(tokenizer, windows, prompt):
     """Mark the special tokens before the text and the prompt's tokens :data:`EXCLUDED`.
 
