@@ -80,12 +80,19 @@ def peer_python():
     return str(python)
 
 
-def model2vec_distilled(folder):
-    """model2vec's distillation, written to ``folder``: its fit seconds."""
-    out = subprocess.run([peer_python(), "-c", DISTILL, model_path(), str(folder)],
-                         capture_output=True, text=True, check=True,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"}).stdout
-    return float(out.strip().splitlines()[-1])
+_PEER_FOLDER = {}  # model2vec's folder and fit seconds, made once per process
+
+
+def model2vec_distilled():
+    """model2vec's distillation, written to a temporary folder: the folder and its fit
+    seconds (one distillation serves every part)."""
+    if not _PEER_FOLDER:
+        folder = tempfile.mkdtemp(prefix="model2vec-")
+        out = subprocess.run([peer_python(), "-c", DISTILL, model_path(), folder],
+                             capture_output=True, text=True, check=True,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"}).stdout
+        _PEER_FOLDER.update(folder=folder, seconds=float(out.strip().splitlines()[-1]))
+    return _PEER_FOLDER["folder"], _PEER_FOLDER["seconds"]
 
 
 def tasks():
@@ -142,9 +149,8 @@ def part_quality(report):
     from skbert import StaticVectorizer
 
     data = tasks()
-    with tempfile.TemporaryDirectory() as folder:
-        report["model2vec_fit_s"] = model2vec_distilled(folder)
-        peer = StaticModel.from_pretrained(folder)
+    folder, report["model2vec_fit_s"] = model2vec_distilled()
+    peer = StaticModel.from_pretrained(folder)
     fitted_teacher = teacher().fit()
     start = time.perf_counter()
     distilled = StaticVectorizer(teacher()).fit()
@@ -199,9 +205,7 @@ def part_speed(report):
                 csv.DictReader(file, delimiter="\t", quoting=csv.QUOTE_NONE)]
     texts = list(dict.fromkeys([s for pair in pairs for s in pair] + sst2))
     static = StaticVectorizer(teacher()).fit()
-    with tempfile.TemporaryDirectory() as folder:
-        model2vec_distilled(folder)
-        peer = StaticModel.from_pretrained(folder)
+    peer = StaticModel.from_pretrained(model2vec_distilled()[0])
     st = SentenceTransformer(model_path(), device="cpu")
     seconds = {
         "skbert StaticVectorizer": median_seconds(static.transform, texts, 5),

@@ -190,16 +190,14 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         self : StaticVectorizer
             The fitted vectorizer.
         """
-        texts = None if X is None else check_texts(X)
-        if texts is not None and any(isinstance(text, tuple) for text in texts):
-            raise ValueError("StaticVectorizer encodes single texts; text pairs are not "
-                             "supported.")
+        texts = None if X is None else _single_texts(X)
         teacher, encoder = self._teacher(texts)
         tokenizer = _static_tokenizer(encoder.tokenizer_)
         counted = _counted(encoder.tokenizer_)
         ids = np.flatnonzero(counted)
+        # Checked before the vocabulary's forward passes, which take the time.
+        n_components = self._checked_components((len(ids), encoder._width()))
         vectors = encoder._token_features(ids).astype(np.float64)
-        n_components = self._checked_components(vectors.shape)
         if n_components is None:
             components, reduced = None, vectors
         else:
@@ -217,8 +215,9 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         if texts is not None:
             targets = np.asarray(teacher.transform(texts), dtype=np.float64)
             targets -= targets.mean(axis=0)
-            table = learned_table(token_bags(token_ids, counted), table, targets if components is None
-                                  else targets @ components, self.alpha)
+            if components is not None:
+                targets = targets @ components
+            table = learned_table(token_bags(token_ids, counted), table, targets, self.alpha)
         self.embeddings_ = table.astype(self.dtype)
         self.counted_ = counted
         self.tokenizer_ = tokenizer
@@ -238,10 +237,7 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         X_new : ndarray of shape (n_texts, n_features), float32
         """
         check_is_fitted(self)
-        texts = check_texts(X)
-        if any(isinstance(text, tuple) for text in texts):
-            raise ValueError("StaticVectorizer encodes single texts; text pairs are not "
-                             "supported.")
+        texts = _single_texts(X)
         if not texts:
             return np.empty((0, self.embeddings_.shape[1]), dtype=np.float32)
         bags = token_bags(_token_ids(self.tokenizer_, texts), self.counted_)
@@ -340,6 +336,14 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         tags.input_tags.two_d_array = False
         tags.transformer_tags.preserves_dtype = []
         return tags
+
+
+def _single_texts(X):
+    """``X`` checked as texts (read once), text pairs refused."""
+    texts = check_texts(X)
+    if any(isinstance(text, tuple) for text in texts):
+        raise ValueError("StaticVectorizer encodes single texts; text pairs are not supported.")
+    return texts
 
 
 def _static_tokenizer(tokenizer):

@@ -17,8 +17,6 @@ from sklearn.pipeline import Pipeline
 from skbert import BertVectorizer, StaticVectorizer
 from skbert._static import learned_table, sif_weights, token_bags, zipf_probabilities
 
-from conftest import count_forward_rows
-
 
 @pytest.fixture(scope="module")
 def distilled(tiny_model_dir):
@@ -244,9 +242,8 @@ def gapless_model_dir(tmp_path_factory):
     """The tiny model's kind with ids 0..n-1 (the shared one's vocabulary has a duplicate,
     hence a gap, which a model2vec folder cannot hold)."""
     import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
     from conftest import LETTERS, SPECIAL, SUBWORDS, WORDS
+    from transformers import BertConfig, BertModel, BertTokenizerFast
 
     directory = tmp_path_factory.mktemp("gapless-bert")
     vocab = list(dict.fromkeys(SPECIAL + LETTERS + ["##" + c for c in LETTERS] + WORDS
@@ -336,3 +333,20 @@ def test_a_failed_fit_keeps_the_last_fit(distilled):
         distilled.set_params(n_components=1000).fit()
     distilled.set_params(n_components=8)
     assert distilled.embeddings_ is before
+
+
+@pytest.mark.parametrize("prompt, pool_prompt", [("", True), ("query: ", True),
+                                                 ("query: ", False)])
+def test_token_windows_are_the_windows_of_a_one_token_text(tiny_model_dir, prompt, pool_prompt):
+    from transformers import AutoTokenizer
+
+    from skbert._encoder._encoding import token_windows, tokenize
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    words = ["cat", "river", "good"]  # one token each
+    ids = [tokenizer.convert_tokens_to_ids(word) for word in words]
+    expected = tokenize(tokenizer, words, 64, prompt=prompt, pool_prompt=pool_prompt)
+    got = token_windows(tokenizer, ids, prompt, pool_prompt)
+    for left, right in zip(got._rows()[:2], expected._rows()[:2]):
+        assert [row.tolist() for row in left] == [row.tolist() for row in right]
+    np.testing.assert_array_equal(got.owner, expected.owner)

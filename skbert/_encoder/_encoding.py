@@ -304,9 +304,9 @@ def token_windows(tokenizer, token_ids, prompt="", pool_prompt=True):
     mask = [1] * len(prefix) + [0] * (len(lead) - len(prefix) + 1) + [1] * len(suffix)
     if prompt and not pool_prompt:
         mask[:len(lead)] = [EXCLUDED] * len(lead)
-    special = np.broadcast_to(np.asarray(mask, dtype=np.int8), input_ids.shape)
-    return Windows(Rows(input_ids.ravel(), np.arange(0, input_ids.size + 1, width)),
-                   Rows(special.ravel(), np.arange(0, input_ids.size + 1, width)), None,
+    special = np.tile(np.asarray(mask, dtype=np.int8), len(token_ids))
+    offsets = np.arange(0, input_ids.size + 1, width)
+    return Windows(Rows(input_ids.ravel(), offsets), Rows(special, offsets), None,
                    np.arange(len(token_ids)))
 
 
