@@ -458,7 +458,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         """
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
                            self.stride, self.prompt_, self._sentence.include_prompt)
-        features = self._window_features(windows, runner)
+        features = self._window_features(windows, runner, self._store(), self.batch_size)
         if len(windows) > len(texts):  # texts cut into several windows ("chunks")
             features = merge_windows(features, windows.owner, windows.n_text_tokens,
                                      self.chunk_pooling)
@@ -467,17 +467,29 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
     def _token_features(self, token_ids):
         """Features of each vocabulary token of ``token_ids`` alone
         (:func:`skbert._encoder._encoding.token_windows`), as ``transform`` makes them but
-        not normalized: what :class:`skbert.StaticVectorizer` distills. Cached as texts are."""
+        not normalized: what :class:`skbert.StaticVectorizer` distills. Cached as texts are,
+        in memory only where all the records fit the budget (:func:`skbert.set_cache_limit`)."""
         check_is_fitted(self)
         self._check_fit_parameters()
         windows = token_windows(self.tokenizer_, token_ids, self.prompt_,
                                 self._sentence.include_prompt)
-        features = self._window_features(windows, self._engine.runner(self._device()))
+        store = self._store()
+        record = Layout.of(parts_for_cache(self.n_layers_, self._has_pooler),
+                           self._config.hidden_size)
+        if store is _cache.MEMORY and len(windows) * record.width * 4 > store.max_bytes:
+            # Records that outgrow the in-memory budget would only push the user's cached
+            # texts out of it (all-MiniLM-L6-v2's vocabulary: 2.6 GB, default 2 GiB).
+            store = None
+        # Windows of a few tokens: batches of up to 1,024 (all-MiniLM-L6-v2's vocabulary in
+        # 12.5 s against 18.6 at 32); the batches' token cap bounds their memory all the same.
+        features = self._window_features(windows, self._engine.runner(self._device()), store,
+                                         max(self.batch_size, 1024))
         return np.ascontiguousarray(features[:, :self._width()])
 
-    def _window_features(self, windows, runner):
-        """Features of each window, from the cache or from forward passes of the misses."""
-        extraction, hidden_size, store = self._extraction(), self._config.hidden_size, self._store()
+    def _window_features(self, windows, runner, store, batch_size):
+        """Features of each window, from ``store`` (a cache store or None) or from forward
+        passes of the misses, ``batch_size`` windows at most at a time."""
+        extraction, hidden_size = self._extraction(), self._config.hidden_size
         needed = parts_needed(extraction)
         layouts = [Layout.of(needed if store is None else parts_for_cache(
             self.n_layers_, self._has_pooler), hidden_size)]
@@ -487,7 +499,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         with progress:
             def compute(indices, out):
                 forward_parts(runner, self.tokenizer_, windows.subset(indices), layouts,
-                              self.batch_size, progress, out)
+                              batch_size, progress, out)
 
             def assembled(records):
                 parts = {}
@@ -496,7 +508,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
                 return assemble(parts, extraction)
 
             features = _cache.window_features(store, keys, windows.lengths, layouts, compute,
-                                              assembled, self.batch_size, progress,
+                                              assembled, batch_size, progress,
                                               [layout.columns(needed) for layout in layouts])
         return features
 

@@ -15,6 +15,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 from skbert import BertVectorizer, StaticVectorizer
+from skbert._encoder._features import Layout, parts_for_cache
 from skbert._static import learned_table, sif_weights, token_bags, zipf_probabilities
 
 
@@ -155,8 +156,7 @@ def test_fit_on_texts_learns_toward_the_teachers_vectors(tiny_model_dir, texts):
 
     assert agreement(learned) > agreement(distilled) + 0.1
     assert agreement(learned) > 0.95
-    # A strong penalty keeps the distilled table's directions (the frequencies of the texts
-    # reweigh rows; the scale is fitted).
+    # A strong penalty keeps the distilled table, to its fitted scale.
     stiff = StaticVectorizer(teacher, n_components=None, alpha=1e6).fit(corpus)
     cosines = np.sum(stiff.embeddings_ * distilled.embeddings_, axis=1) / np.maximum(
         np.linalg.norm(stiff.embeddings_, axis=1) * np.linalg.norm(distilled.embeddings_, axis=1),
@@ -176,6 +176,34 @@ def test_a_grid_over_the_teachers_setting_forwards_the_vocabulary_once(counted):
             tables.append(StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit())
     assert counter["rows"] == int(tables[0].counted_.sum())  # six settings, one pass
     assert not np.allclose(tables[0].embeddings_, tables[1].embeddings_)
+
+
+def test_a_vocabulary_over_the_cache_budget_leaves_the_cached_texts(counted, texts):
+    import warnings
+
+    from skbert import clear_cache, set_cache_limit
+
+    teacher, counter = counted
+    clear_cache()
+    record = Layout.of(parts_for_cache(teacher.n_layers_, teacher._has_pooler),
+                       teacher._config.hidden_size)
+    previous = set_cache_limit(record.width * 4 * 2 * len(texts))  # the texts fit, not the tokens
+    try:
+        teacher.transform(texts)
+        rows = counter["rows"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "cache is full" warning
+            first = StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit()
+        assert first.counted_.sum() > 2 * len(texts)  # over the budget
+        assert counter["rows"] == rows + int(first.counted_.sum())
+        rows = counter["rows"]
+        teacher.transform(texts)  # still cached
+        assert counter["rows"] == rows
+        second = StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit()
+        assert counter["rows"] == rows + int(first.counted_.sum())  # computed again, not stored
+        np.testing.assert_allclose(second.embeddings_, first.embeddings_, atol=1e-6)
+    finally:
+        set_cache_limit(previous)
 
 
 def FrozenTeacher(vectorizer):
