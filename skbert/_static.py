@@ -132,8 +132,9 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         ``fit()``. The default held on three tasks (STS-B, TREC, SciFact);
         smaller values fit the texts themselves more closely (retrieval over
         the very texts learned from), larger ones generalize to new texts
-        more cautiously: a grid over it is cheap, the teacher's vectors being
-        cached.
+        more cautiously. In a grid over it, the teacher's vectors of the
+        texts come from the cache (and the vocabulary's where the budget
+        holds them): each point costs mostly the regression.
     norm : {"l2", "l1", "max"} or None, default="l2"
         Row normalization of the output, as ``sklearn.preprocessing.normalize``.
     dtype : {"float32", "float16"}, default="float32"
