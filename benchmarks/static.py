@@ -29,7 +29,7 @@ in ``benchmarks/.model2vec-env`` (made on first use: torch 2.13.0 CPU and
 ``model2vec[distill,quantization]==0.10.0``: its distillation imports scikit-learn
 from the quantization extra), which writes its folder; this process loads
 it with model2vec's own ``StaticModel`` (torch-free, in the ``dev`` extra).
-The vocabulary's cache records (2.6 GB for all-MiniLM-L6-v2) exceed the
+The vocabulary's cache records (2.7 GB for all-MiniLM-L6-v2) exceed the
 default 2 GiB in-memory cache, where a distillation does not store them:
 this script raises the budget with ``skbert.set_cache_limit`` (but for the
 timed distillation), as a user running a grid over the teacher would.

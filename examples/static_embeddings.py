@@ -18,12 +18,13 @@ This script compares, with the offline all-MiniLM-L6-v2 as the teacher:
 - the table written as a model2vec folder, which model2vec and
   sentence-transformers load.
 
-Measured on a 2-core CPU: STS-B 0.8203 / 0.6609 / 0.7658 and TREC 0.904 /
-0.714 / 0.748 for the teacher / distilled / learned, the 2,552 test
-sentences in 6.1 s by the teacher and 0.06 s by either table (100x).
+Measured on a 2-core CPU, two runs: STS-B 0.8203 / 0.6609 / 0.7658 and TREC
+0.904 / 0.714 / 0.748 for the teacher / distilled / learned, the 2,552 test
+sentences in 5.3-6.1 s by the teacher and 0.06-0.07 s by either table (76x
+to 100x).
 
 Uses the STS-B and TREC data bundled with skbert: nothing to download. Runs
-in about 1.5 minutes on a 2-core CPU (measured: 92 s), most of it the
+in about 1.5 minutes on a 2-core CPU (measured: 87 and 92 s), most of it the
 teacher encoding the training texts once.
 
 Run: ``python examples/static_embeddings.py``
@@ -53,10 +54,11 @@ your_texts = list(dict.fromkeys([s for pair in sts_train for s in pair] + list(t
 test_sentences = list(dict.fromkeys(s for pair in sts_test for s in pair))
 
 teacher = BertVectorizer(str(get_model_path()), pooling="mean", norm="l2").fit()
+learned = StaticVectorizer(teacher).fit(your_texts)
 models = {
     "teacher (all-MiniLM-L6-v2)": teacher,
     "distilled: fit()": StaticVectorizer(teacher).fit(),
-    f"learned: fit({len(your_texts):,} texts)": StaticVectorizer(teacher).fit(your_texts),
+    f"learned: fit({len(your_texts):,} texts)": learned,
 }
 
 rows = []
@@ -75,7 +77,6 @@ print(pd.DataFrame(rows).set_index("model").round(4).to_string())
 
 # The learned table as a model2vec folder: StaticModel.from_pretrained(folder) and
 # SentenceTransformer(folder) give the same vectors, without skbert.
-learned = list(models.values())[-1]
 with tempfile.TemporaryDirectory() as folder:
     files = sorted(path.name for path in learned.save_model2vec(folder).iterdir())
 print(f"\nmodel2vec folder: {', '.join(files)}; table {learned.embeddings_.shape}, "

@@ -373,8 +373,11 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
             outputs = valid_features.cpu().double().numpy() @ weight.T + bias
             return self._score_outputs(outputs, targets[valid].cpu().numpy())
 
+        # "auto": adapters start from zero and take larger steps than a pretrained encoder may
+        # (measured: benchmarks/finetune.py).
+        rate = _training.resolved_rate(self.learning_rate, freeze, {"lora": 2e-3}, 5e-5)
         recipe = _training.Recipe(
-            freeze, epochs, self.batch_size, self._learning_rate(freeze),
+            freeze, epochs, self.batch_size, rate,
             self.head_learning_rate, warmup, self.weight_decay,
             lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))
         trained = _training.fit_network(
@@ -406,13 +409,6 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
                     FutureWarning)
                 values[new] = getattr(self, old)
         return values["epochs"], values["warmup"]
-
-    def _learning_rate(self, freeze):
-        """``learning_rate``, "auto" resolved: adapters start from zero and take larger steps
-        than a pretrained encoder may (measured: benchmarks/finetune.py)."""
-        if self.learning_rate != "auto":
-            return self.learning_rate
-        return 2e-3 if freeze == "lora" else 5e-5
 
     def _fit_vectorizer(self, texts, freeze):
         """Fit and return the vectorizer that encodes for the head, ``layer`` checked.

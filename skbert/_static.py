@@ -115,7 +115,7 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         ``include_special_tokens``, prompt, ``truncate_dim``) give the token
         vectors; its ``transform`` gives the targets of ``fit(texts)``. None
         means ``BertVectorizer()``. The vocabulary's forward passes go
-        through its cache where their records all fit (2.6 GB for
+        through its cache where their records all fit (2.7 GB for
         all-MiniLM-L6-v2, over the default 2 GiB in memory): raise the budget
         with :func:`skbert.set_cache_limit`, or give the teacher a cache
         directory, so that a grid over its settings forwards them once.

@@ -390,9 +390,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
                 return _losses.cached(embed, chunks, loss_of, device)
             return loss_of(torch.cat([embed(chunk) for chunk in chunks]))
 
-        rate = self.learning_rate
-        if rate == "auto":
-            rate = 5e-4 if freeze == "lora" else 2e-5
+        rate = _training.resolved_rate(self.learning_rate, freeze, {"lora": 5e-4}, 2e-5)
         recipe = _training.Recipe(
             freeze, self.epochs, self.batch_size, rate, rate,
             self.warmup, weight_decay=0.0, max_grad_norm=1.0,

@@ -478,7 +478,7 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
                            self._config.hidden_size)
         if store is _cache.MEMORY and len(windows) * record.width * 4 > store.max_bytes:
             # Records that outgrow the in-memory budget would only push the user's cached
-            # texts out of it (all-MiniLM-L6-v2's vocabulary: 2.6 GB, default 2 GiB).
+            # texts out of it (all-MiniLM-L6-v2's vocabulary: 2.7 GB, default 2 GiB).
             store = None
         # Windows of a few tokens: batches of up to 1,024 (all-MiniLM-L6-v2's vocabulary in
         # 12.5 s against 18.6 at 32); the batches' token cap bounds their memory all the same.

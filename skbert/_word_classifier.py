@@ -302,8 +302,8 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         n_batches = -(-n_rows // self.batch_size)
         epochs = self.epochs if self.epochs != "auto" else \
             max(_AUTO_EPOCHS, -(-_AUTO_STEPS // n_batches))
-        learning_rate = self.learning_rate if self.learning_rate != "auto" else \
-            _AUTO_RATES.get(freeze, _AUTO_RATE)
+        learning_rate = _training.resolved_rate(self.learning_rate, freeze, _AUTO_RATES,
+                                                _AUTO_RATE)
         recipe = _training.Recipe(freeze, epochs, self.batch_size, learning_rate, learning_rate,
                                   self.warmup, weight_decay=0.01, max_grad_norm=1.0,
                                   lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))

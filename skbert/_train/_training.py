@@ -45,6 +45,12 @@ def resolved_freeze(freeze):
     """``freeze`` as the training reads it: "none" is None."""
     return None if freeze == "none" else freeze
 
+
+def resolved_rate(learning_rate, freeze, rates, default):
+    """``learning_rate``, "auto" resolved: the estimator's measured rate for ``freeze``
+    (``rates``: {freeze: rate}), else ``default``."""
+    return rates.get(freeze, default) if learning_rate == "auto" else learning_rate
+
 # Seeded training sets torch's global random state, which dropout draws from: one at a time.
 _TRAINING = threading.RLock()
 
