@@ -10,6 +10,7 @@ import importlib.metadata
 
 from skbert._encoder._cache import clear_cache, set_cache_limit
 from skbert._finetune import BertClassifier, BertRegressor
+from skbert._reranker import BertReranker
 from skbert._search import PairSimilarity, SimilaritySearch
 from skbert._static import StaticVectorizer
 from skbert._tuned import FineTunedVectorizer
@@ -25,6 +26,7 @@ except importlib.metadata.PackageNotFoundError:  # the source tree, not installe
 __all__ = [
     "BertClassifier",
     "BertRegressor",
+    "BertReranker",
     "BertVectorizer",
     "BertWordClassifier",
     "BertWordVectorizer",

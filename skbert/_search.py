@@ -9,7 +9,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
 from skbert._index import INDEXES, top_k_blocked, unit_rows
-from skbert._validation import _items, _where, check_texts
+from skbert._validation import _items, _where, check_texts, warn_at_caller
 from skbert._words import check_words, frame_rows, reads_words
 
 
@@ -27,6 +27,14 @@ def _unfrozen(estimator):
     while isinstance(estimator, FrozenEstimator):
         estimator = estimator.estimator
     return estimator
+
+
+def _is_fitted(estimator):
+    try:
+        check_is_fitted(estimator)
+    except NotFittedError:
+        return False
+    return True
 
 
 def _prefit(vectorizer):
@@ -103,6 +111,21 @@ class SimilaritySearch(BaseEstimator):
         precisions, which score every row.
     block_size : int, default=2048
         Queries and corpus rows per block of the exact search.
+    reranker : estimator or None, default=None
+        A second stage: a :class:`~skbert.BertReranker` (or any estimator
+        whose ``predict`` scores (query, document) pairs) that rescores the
+        first stage's ``rerank_k`` candidates of each query; :meth:`search`
+        and :meth:`kneighbors` return its top k, by its scores. An unfitted
+        one is cloned and fitted with no data at ``fit`` (which reads a
+        cross-encoder folder); a fitted one is used as it is. Where the
+        search is cloned (``GridSearchCV``), pass one trained in this
+        process as ``FrozenEstimator(reranker)``: a clone of a fitted
+        reranker is not fitted. Needs a ``vectorizer`` (the corpus texts are
+        kept for it).
+    rerank_k : int, default=100
+        First-stage candidates per query that the reranker scores (at most
+        the corpus size; at least the k asked for). Reranking costs one
+        cross-encoder pass per candidate: this many per query.
 
     Attributes
     ----------
@@ -118,6 +141,9 @@ class SimilaritySearch(BaseEstimator):
         Bytes of the corpus index in memory: float32 vectors, int8 codes with
         their per-dimension ranges, or bits (without the memory-mapped rows
         that binary rescoring reads).
+    reranker_ : estimator or None
+        The fitted reranker (a clone of ``reranker``, or itself where it is
+        used as it is).
 
     Examples
     --------
@@ -138,10 +164,13 @@ class SimilaritySearch(BaseEstimator):
         "precision": [StrOptions(set(INDEXES))],
         "rescore": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "block_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "reranker": [HasMethods(["fit", "predict"]), None],
+        "rerank_k": [Interval(numbers.Integral, 1, None, closed="left")],
     }
 
     def __init__(self, vectorizer=None, *, query_vectorizer=None, n_neighbors=10,
-                 backend="exact", precision="float32", rescore=4, block_size=2048):
+                 backend="exact", precision="float32", rescore=4, block_size=2048,
+                 reranker=None, rerank_k=100):
         self.vectorizer = vectorizer
         self.query_vectorizer = query_vectorizer
         self.n_neighbors = n_neighbors
@@ -149,6 +178,8 @@ class SimilaritySearch(BaseEstimator):
         self.precision = precision
         self.rescore = rescore
         self.block_size = block_size
+        self.reranker = reranker
+        self.rerank_k = rerank_k
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, y=None):
@@ -171,11 +202,15 @@ class SimilaritySearch(BaseEstimator):
         if self.query_vectorizer is not None and self.vectorizer is None:
             raise ValueError("query_vectorizer encodes query texts for a corpus of texts: set "
                              "vectorizer as well.")
+        if self.reranker is not None and self.vectorizer is None:
+            raise ValueError("reranker scores (query, document) texts: set vectorizer, so that "
+                             "the corpus is texts.")
+        texts = None
         if self.vectorizer is None:
             self.vectorizer_ = self.query_vectorizer_ = None
             vectors = check_array(X, dtype=np.float32)
         else:
-            X = check_texts(X)  # read once: the query vectorizer fits on it too
+            X = texts = check_texts(X)  # read once: the query vectorizer fits on it too
             if _prefit(self.vectorizer):
                 self.vectorizer_, vectors = self.vectorizer, self.vectorizer.transform(X)
             else:
@@ -183,6 +218,12 @@ class SimilaritySearch(BaseEstimator):
                 vectors = self.vectorizer_.fit_transform(X)
             self.query_vectorizer_ = (None if self.query_vectorizer is None
                                       else _fitted(self.query_vectorizer, X))
+        self.reranker_ = self.reranker
+        if self.reranker is not None and not (_prefit(self.reranker)
+                                              or _is_fitted(self.reranker)):
+            self.reranker_ = clone(self.reranker).fit()  # reads its folder's head
+        # The texts that mining and the reranker read, as fit read them.
+        self._texts = texts
         unit = unit_rows(vectors)
         self.n_samples_fit_, self._n_features = unit.shape
         if self.backend == "faiss":
@@ -241,7 +282,32 @@ class SimilaritySearch(BaseEstimator):
         """
         check_is_fitted(self)
         self._check_k(k, "k")
-        return self._top_k(self._encode(queries), k)
+        if self.reranker_ is None:
+            return self._top_k(self._encode(queries), k)
+        queries = self._query_texts(queries)
+        return self._reranked(queries, self._top_k(self._encode(queries), self._n_candidates(k)),
+                              k)
+
+    def _query_texts(self, queries):
+        queries = check_texts(queries)
+        if queries and not isinstance(queries[0], str):
+            raise ValueError("The reranker reads query texts (str), not pairs.")
+        return queries
+
+    def _n_candidates(self, k, extra=0):
+        """First-stage candidates per query for a reranked top ``k``."""
+        return min(max(k, self.rerank_k), self.n_samples_fit_ - extra)
+
+    def _reranked(self, queries, candidates, k):
+        """The reranker's ``k`` best of each query's first-stage ``candidates`` (their
+        ``(scores, indices)``): ``(its scores, descending, as float32; indices)``."""
+        indices = candidates[1]
+        pairs = [(query, self._texts[j]) for query, row in zip(queries, indices) for j in row]
+        scores = np.asarray(self.reranker_.predict(pairs), dtype=np.float64).reshape(
+            indices.shape)
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return (np.take_along_axis(scores, order, axis=1).astype(np.float32),
+                np.take_along_axis(indices, order, axis=1))
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """Nearest neighbours by cosine distance, with scikit-learn's semantics.
@@ -264,22 +330,132 @@ class SimilaritySearch(BaseEstimator):
         """
         check_is_fitted(self)
         n_neighbors = self.n_neighbors if n_neighbors is None else n_neighbors
+        reranked = self.reranker_ is not None
         if X is not None:
             self._check_k(n_neighbors, "n_neighbors")
-            scores, indices = self._top_k(self._encode(X), n_neighbors)
+            if reranked:
+                X = self._query_texts(X)
+            n_first = self._n_candidates(n_neighbors) if reranked else n_neighbors
+            scores, indices = self._top_k(self._encode(X), n_first)
         else:
             self._check_k(n_neighbors, "n_neighbors", extra=1)
             corpus = (self._index.reconstruct_n(0, self.n_samples_fit_) if self.backend == "faiss"
                       else self._index.decode())
-            scores, indices = self._top_k(corpus, n_neighbors + 1)
+            n_first = self._n_candidates(n_neighbors, extra=1) if reranked else n_neighbors
+            scores, indices = self._top_k(corpus, n_first + 1)
             is_self = indices == np.arange(len(indices))[:, None]
             # Drop each point itself, or the last column where a tie pushed it out.
             is_self[~is_self.any(axis=1), -1] = True
             keep = ~is_self
-            scores = scores[keep].reshape(len(indices), n_neighbors)
-            indices = indices[keep].reshape(len(indices), n_neighbors)
-        distances = np.clip(1.0 - scores, 0.0, 2.0)
+            scores = scores[keep].reshape(len(indices), n_first)
+            indices = indices[keep].reshape(len(indices), n_first)
+            X = self._texts
+        if reranked:  # 1 - the reranker's score: ascending, as distances are
+            scores, indices = self._reranked(X, (scores, indices), n_neighbors)
+            distances = 1.0 - scores
+        else:
+            distances = np.clip(1.0 - scores, 0.0, 2.0)
         return (distances, indices) if return_distance else indices
+
+    def mine_negatives(self, queries, positives, n_negatives=4, *, range_min=0,
+                       range_max=100, margin=None, max_score=None, sampling="top",
+                       random_state=None):
+        """Hard negatives for training: ``(query, positive, negative, ...)`` tuples.
+
+        Each query's candidates are the fitted corpus ranked by the first
+        stage (its cosine similarity to the query); a candidate is a negative
+        unless it is one of that query's positives (every document given as
+        its positive, matched by text), and if it passes the filters below.
+        The tuples feed :class:`~skbert.BertReranker` and
+        ``FineTunedVectorizer(loss="in_batch")`` alike. As
+        sentence-transformers' ``mine_hard_negatives``, whose controls these
+        are.
+
+        Parameters
+        ----------
+        queries : sequence of str
+        positives : sequence of str
+            The positive document of each query (a query with several
+            positives appears once per positive, and gets a tuple for each).
+        n_negatives : int, default=4
+            Negatives per tuple. A query with fewer eligible candidates gives
+            no tuple (a warning says how many were left out).
+        range_min : int, default=0
+            Candidates ranked before this (from 0, the most similar) are
+            skipped: the very top of a ranking holds unjudged positives.
+        range_max : int or None, default=100
+            Only candidates ranked before this are considered; None considers
+            the whole corpus.
+        margin : float or None, default=None
+            A negative's similarity to the query must be at most the
+            positive's less ``margin`` (the positive encoded as the corpus
+            is); 0 keeps every negative below its positive. None: no bound.
+        max_score : float or None, default=None
+            A negative's similarity to the query must be at most this.
+        sampling : {"top", "random"}, default="top"
+            "top" takes the best-ranked eligible candidates, "random" draws
+            them from all eligible ones (kept in rank order).
+        random_state : int, RandomState instance or None, default=None
+            Seeds ``sampling="random"``.
+
+        Returns
+        -------
+        tuples : list of tuple of str
+            ``(query, positive, negative_1, ..., negative_n)``, in the order
+            of the (query, positive) pairs given.
+        """
+        from sklearn.utils import check_random_state
+
+        check_is_fitted(self)
+        if self._texts is None:
+            raise ValueError("mine_negatives reads the corpus texts: fit the search on texts "
+                             "(with a vectorizer).")
+        queries, positives = self._query_texts(queries), self._query_texts(positives)
+        if len(queries) != len(positives) or not queries:
+            raise ValueError(f"mine_negatives got {len(queries)} queries and {len(positives)} "
+                             "positives: give one positive per query, at least one.")
+        for name, value in (("n_negatives", n_negatives), ("range_min", range_min)):
+            if not isinstance(value, numbers.Integral) or value < (name == "n_negatives"):
+                raise ValueError(f"{name}={value!r} must be an int of at least "
+                                 f"{int(name == 'n_negatives')}.")
+        if range_max is not None and (not isinstance(range_max, numbers.Integral)
+                                      or range_max < range_min + n_negatives):
+            raise ValueError(f"range_max={range_max!r} must be None or an int of at least "
+                             f"range_min + n_negatives ({range_min + n_negatives}).")
+        if sampling not in ("top", "random"):
+            raise ValueError(f"sampling={sampling!r} must be 'top' or 'random'.")
+        own = {}  # query -> the texts of all its positives
+        for query, positive in zip(queries, positives):
+            own.setdefault(query, set()).add(positive)
+        distinct = list(own)
+        stop = self.n_samples_fit_ if range_max is None else min(range_max, self.n_samples_fit_)
+        scores, indices = self._top_k(self._encode(distinct), stop)
+        row_of = {query: row for row, query in enumerate(distinct)}
+        bounds = np.full(len(queries), np.inf)
+        if margin is not None:  # each positive's similarity, encoded as the corpus is
+            similarity = (unit_rows(self.vectorizer_.transform(positives))
+                          * self._encode(queries)).sum(axis=1)
+            bounds = similarity - margin
+        if max_score is not None:
+            bounds = np.minimum(bounds, max_score)
+        rng = check_random_state(random_state)
+        tuples, n_short = [], 0
+        for query, positive, bound in zip(queries, positives, bounds):
+            row = row_of[query]
+            eligible = [j for score, j in zip(scores[row, range_min:], indices[row, range_min:])
+                        if score <= bound and self._texts[j] not in own[query]]
+            if len(eligible) < n_negatives:
+                n_short += 1
+                continue
+            if sampling == "random":
+                eligible = [eligible[i] for i in np.sort(
+                    rng.choice(len(eligible), n_negatives, replace=False))]
+            tuples.append((query, positive, *(self._texts[j] for j in eligible[:n_negatives])))
+        if n_short:
+            warn_at_caller(f"{n_short} of {len(queries)} (query, positive) pairs found fewer "
+                           f"than {n_negatives} eligible negatives and give no tuple; widen "
+                           "range_max, loosen margin or max_score, or ask fewer n_negatives.")
+        return tuples
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -296,6 +472,11 @@ class SimilaritySearch(BaseEstimator):
         return state
 
     def __setstate__(self, state):
+        # A pickle of 0.1.0: no reranker, no corpus texts.
+        for name, default in (("reranker", None), ("rerank_k", 100), ("reranker_", None),
+                              ("_texts", None)):
+            if name != "reranker_" or "_index" in state:
+                state.setdefault(name, default)
         super().__setstate__(state)
         if self.backend == "faiss" and hasattr(self, "_index"):
             import faiss

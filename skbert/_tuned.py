@@ -31,9 +31,15 @@ from skbert._validation import check_text_tuples, warn_at_caller
 from skbert._vectorizer import BertVectorizer
 
 # What each loss trains on: the number of texts per item, and whether it reads y.
-_INPUTS = {"in_batch": ((2, 3), False), "cosent": ((2,), True), "cosine": ((2,), True),
+# (query, positive) pairs, triplets, and tuples with more negatives (SimilaritySearch's mining).
+_TUPLE_WIDTHS = tuple(range(2, 66))
+_INPUTS = {"in_batch": (_TUPLE_WIDTHS, False), "cosent": ((2,), True), "cosine": ((2,), True),
            "supcon": ((1,), True)}
 _KINDS = {1: "texts", 2: "pairs", 3: "triplets"}
+
+
+def _kind(width):
+    return _KINDS.get(width, f"{width}-tuples")
 
 
 def _distinct_batches(texts, rows, batch_size, rng):
@@ -132,12 +138,14 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         ``1 / temperature`` (but "cosine"):
 
         - "in_batch": items ``(anchor, positive)`` or ``(anchor, positive,
-          negative)``, no y. Symmetric InfoNCE with in-batch negatives (the
-          symmetric form of sentence-transformers'
-          MultipleNegativesRankingLoss): each anchor's positive among every
-          positive and hard negative of the batch, and each positive's anchor
-          among every anchor. A batch never holds the same text twice (it
-          would be its own false negative).
+          negative, ...)`` (any number of hard negatives, as
+          :meth:`skbert.SimilaritySearch.mine_negatives` gives), no y.
+          Symmetric InfoNCE with in-batch negatives (the symmetric form of
+          sentence-transformers' MultipleNegativesRankingLoss): each
+          anchor's positive among every positive and hard negative of the
+          batch, and each positive's anchor among every anchor. A batch
+          never holds the same text twice (it would be its own false
+          negative).
         - "cosent": ``(text, text)`` pairs with a score y (any scale).
           CoSENT: every pair of pairs in a batch whose scores are ordered
           should have cosines in that order.
@@ -309,14 +317,14 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
 
         Parameters
         ----------
-        X : sequence of str, or of 2- or 3-tuples of str
+        X : sequence of str, or of tuples of str
             Labelled texts ("supcon"), ``(text, text)`` pairs, or ``(anchor,
-            positive, negative)`` triplets: a list, an array of shape (n,),
-            (n, 2) or (n, 3), a pandas or polars Series or DataFrame with one,
-            two or three text columns.
+            positive, negative, ...)`` tuples of one length: a list, an array
+            of shape (n,) or (n, k), a pandas or polars Series or DataFrame
+            with one or k text columns.
         y : array-like of shape (n_items,) or None
             Scores of the pairs ("cosent", "cosine"), class labels of the
-            texts ("supcon"), or None (pairs and triplets for "in_batch").
+            texts ("supcon"), or None (pairs and tuples for "in_batch").
 
         Returns
         -------
@@ -325,7 +333,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         """
         import torch
 
-        columns = check_text_tuples(X, (2, 3))
+        columns = check_text_tuples(X, _TUPLE_WIDTHS)
         loss, targets = self._checked_targets(columns, y)
         freeze = _training.resolved_freeze(self.freeze)
         template = BertVectorizer() if self.vectorizer is None else self.vectorizer
@@ -421,17 +429,18 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
             if len(y) != n_items:
                 raise ValueError(f"y has {len(y)} values for the {n_items} items of X: give "
                                  "one per item.")
-        kind = _KINDS[width]
+        kind = _kind(width)
         loss = self.loss
         if loss == "auto":
-            loss = "supcon" if width == 1 else "in_batch" if y is None or width == 3 else "cosent"
+            loss = "supcon" if width == 1 else "in_batch" if y is None or width > 2 else "cosent"
         widths, reads_y = _INPUTS[loss]
         if width not in widths or (y is not None) != reads_y:
-            takes = " or ".join(_KINDS[w] for w in widths)
+            takes = ("pairs, triplets or wider tuples" if len(widths) > 2
+                     else " or ".join(_KINDS[w] for w in widths))
             raise ValueError(
                 f"loss={loss!r} trains on {takes} {'with' if reads_y else 'without'} y, and got "
                 f"{kind} {'with' if y is not None else 'without'} y. In-batch negatives take "
-                "(anchor, positive) pairs or (anchor, positive, negative) triplets and no y; "
+                "(anchor, positive) pairs or (anchor, positive, negative, ...) tuples and no y; "
                 "'cosent' and 'cosine' take pairs with scores y; 'supcon' takes texts with "
                 "class labels y.")
         if loss == "supcon":
@@ -506,7 +515,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         columns = check_text_tuples(X, (2, 3))
         if len(columns) > 1:
             raise ValueError(f"fit_transform embeds the texts it trains on, and X holds "
-                             f"{_KINDS[len(columns)]}: use fit(X) and transform the texts to "
+                             f"{_kind(len(columns))}: use fit(X) and transform the texts to "
                              "embed.")
         # transform's output, X's index included: not the wrapped transform of the list.
         return self.fit(columns[0], y).vectorizer_._transform_for(self, X, columns[0])

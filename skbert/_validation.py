@@ -45,7 +45,8 @@ def _items(X, expected="raw text documents", widths=(2,)):
         elif X.ndim == 2 and X.shape[1] in widths:
             return [tuple(row) for row in X], labels
         elif X.ndim != 1:
-            shapes = " or ".join(f"(n, {width})" for width in widths)
+            shapes = (f"(n, k), k from {min(widths)} to {max(widths)}," if len(widths) > 2
+                      else " or ".join(f"(n, {width})" for width in widths))
             tuples = "text pairs" if widths == (2,) else "text tuples"
             raise ValueError(
                 f"Expected texts as a 1-D array or {tuples} as an {shapes} array, "
@@ -154,10 +155,13 @@ _SIDES = ("first", "second", "third")
 def _check_tuple(item, index, labels, widths):
     if not isinstance(item, (tuple, list)) or len(item) not in widths:
         what = "Text pair" if widths == (2,) else "Item"
-        names = " or ".join(f"({', '.join(['text'] * width)}) {_TUPLES[width]}"
-                            for width in widths)
+        names = (f"tuple of {min(widths)} to {max(widths)} texts" if len(widths) > 2 else
+                 " or ".join(f"({', '.join(['text'] * width)}) {_TUPLES[width]}"
+                             for width in widths))
         raise ValueError(f"{_where(what, index, labels)} is {item!r}; every item must be a "
                          f"{names} when the first one is.")
-    for side, value in zip(_SIDES, item):
-        _check_text(value, f"The {side} text of the {_where(_TUPLES[len(item)], index, labels)}")
+    kind = _TUPLES.get(len(item), f"{len(item)}-tuple")
+    for position, value in enumerate(item):
+        side = _SIDES[position] if position < len(_SIDES) else f"{position + 1}th"
+        _check_text(value, f"The {side} text of the {_where(kind, index, labels)}")
     return tuple(item)

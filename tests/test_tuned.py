@@ -369,8 +369,8 @@ def test_the_tuned_weights_run_on_openvino_int8(tiny_model_dir):
     (["the cat", None], [0, 1], r"Text at index 1 is NoneType"),
     ([("the cat", "a dog"), ("the cat", "a dog", "a day")], None,
      r"Item at index 1 has 3 texts where the first item has 2"),
-    ([("the cat", "a dog", "red")] * 3, [1.0, 2.0, 3.0], r"'in_batch' trains on pairs or "
-                                                          r"triplets without y"),
+    ([("the cat", "a dog", "red")] * 3, [1.0, 2.0, 3.0], r"'in_batch' trains on pairs, "
+                                                          r"triplets or wider tuples without y"),
     (PAIRS, SCORES[:-1], rf"y has {len(PAIRS) - 1} values for the {len(PAIRS)} items"),
     (TEXTS, np.zeros(len(TEXTS)), r"at least 2 classes"),
     (TEXTS, None, r"'supcon' trains on texts with y, and got texts without y"),

@@ -106,13 +106,12 @@ def default_calibration():
 
 def calibration_texts(calibration, fit_texts):
     """The texts that calibrate int8: the bundled set, the first distinct texts of ``fit``,
-    or the user's list (a text pair calibrates as its first text)."""
+    or the user's list (text pairs calibrate as pairs, as a cross-encoder reads them)."""
     if calibration is None:
         return default_calibration()
     from skbert._validation import check_texts
 
     texts = fit_texts if calibration == "fit" else check_texts(calibration)
-    texts = [text[0] if isinstance(text, tuple) else text for text in texts]
     texts = tuple(dict.fromkeys(texts))[:N_CALIBRATION]
     if not texts:
         raise ValueError(f"calibration={calibration!r} gives no text to calibrate int8 on.")

@@ -361,26 +361,32 @@ def _convert(engine, depth, states, pooler):
     module = _module(shallow_view(private, depth), states, pooler)
     limit = int(_loading.length_limit(tokenizer, model.config))
 
-    def inputs(rows):
+    def inputs(rows, types=None):
         with TOKENIZER_LOCK:
             padded = tokenizer.pad({"input_ids": rows}, return_tensors="np")
         # In the order of the graph's arguments: the ONNX export passes them by position.
         names = [name for name in _INPUT_NAMES if name in tokenizer.model_input_names]
         padded["attention_mask"] = padded["attention_mask"].astype(np.int64)
-        if "token_type_ids" in names:
+        if "token_type_ids" in names:  # a text pair's second text is of type 1
             padded["token_type_ids"] = np.zeros_like(padded["input_ids"])
+            for row, row_types in enumerate(types or []):
+                padded["token_type_ids"][row, :len(row_types)] = row_types
         return {name: padded[name].astype(np.int64) for name in names}
 
     with TOKENIZER_LOCK:
         words = tokenizer(" ".join(["the cat sat on a mat near 42 doors"] * limit),
                           truncation=True, max_length=limit)["input_ids"]
-        calibration = None if engine.calibration is None else tokenizer(
-            list(engine.calibration), truncation=True, max_length=limit)["input_ids"]
+        # A calibration text pair is encoded as a pair: int8 ranges of what a reranker reads.
+        calibration = None if engine.calibration is None else [
+            tokenizer(*((text,) if isinstance(text, str) else text), truncation=True,
+                      max_length=limit, return_token_type_ids=True)
+            for text in engine.calibration]
 
     def rows(lengths):  # the special tokens of both ends around the first text tokens
         return [words[:length - 1] + words[-1:] for length in lengths]
 
-    samples = None if calibration is None else [inputs([ids]) for ids in calibration]
+    samples = None if calibration is None else [
+        inputs([encoded["input_ids"]], [encoded["token_type_ids"]]) for encoded in calibration]
     example = inputs(rows([8, 12]))
     checks = [inputs(rows([limit, limit // 2, min(limit, 130), 3])), inputs(rows([7]))]
     if samples is not None:

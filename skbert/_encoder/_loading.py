@@ -324,8 +324,19 @@ def _pretrained(kind, source, revision, **kwargs):
 
 
 def load_model(source, revision, dtype):
-    """The model of ``source`` alone (eval mode, on the CPU), with one clear error."""
-    return _pretrained("AutoModel", source, revision, dtype=torch_dtype(dtype)).eval()
+    """The model of ``source`` alone (eval mode, on the CPU), with one clear error.
+
+    The encoder of a sequence-classification folder (a cross-encoder) is its
+    task model's base, loaded as that model: its head's weights are expected
+    there, where ``AutoModel`` would report them as unexpected.
+    """
+    config = _read_json(source, revision, "config.json") or {}
+    heads = isinstance(config, dict) and any(
+        str(name).endswith("ForSequenceClassification")
+        for name in config.get("architectures") or [])
+    kind = "AutoModelForSequenceClassification" if heads else "AutoModel"
+    model = _pretrained(kind, source, revision, dtype=torch_dtype(dtype))
+    return (model.base_model if heads else model).eval()
 
 
 def _refuse_remote_code(source):

@@ -1,4 +1,8 @@
-"""The contrastive losses of :class:`skbert.FineTunedVectorizer`, and gradient caching.
+"""The losses of skbert's fine-tuners that a plain cross-entropy does not express.
+
+The contrastive losses of :class:`skbert.FineTunedVectorizer` and gradient
+caching, then the reranking losses of :class:`skbert.BertReranker`
+(:data:`RERANK_LOSSES`).
 
 Every loss takes the embeddings of one batch as columns (``columns[k][i]``
 is the k-th text of row i: anchor, positive, hard negative; one column of
@@ -82,6 +86,29 @@ def supcon(columns, targets, scale):
 
 
 LOSSES = {"in_batch": in_batch, "cosent": cosent, "cosine": cosine, "supcon": supcon}
+
+
+# The losses of :class:`skbert.BertReranker`, on its relevance logits ``scores`` of shape
+# (rows, documents per row): one (query, document) pair a row with its target in [0, 1]
+# ("bce"), or a (query, positive, negative, ...) tuple a row, the positive first ("listwise").
+
+
+def pointwise_bce(scores, targets):
+    """Binary cross-entropy of each pair's logit against its relevance in [0, 1]."""
+    import torch
+
+    return torch.nn.functional.binary_cross_entropy_with_logits(scores.float(), targets.float())
+
+
+def listwise(scores, targets):
+    """Softmax cross-entropy of each tuple's positive (column 0) against its negatives."""
+    import torch
+
+    first = torch.zeros(len(scores), dtype=torch.long, device=scores.device)
+    return torch.nn.functional.cross_entropy(scores.float(), first)
+
+
+RERANK_LOSSES = {"bce": pointwise_bce, "listwise": listwise}
 
 
 def cached(embed, chunks, loss_of, device):

@@ -485,14 +485,15 @@ class Trained:
 
 
 def fit_network(base, recipe, batch_loss, rows, *, name, seed, device, dtype, n_inputs=None,
-                n_outputs=None, lengths=None, batches=None, n_steps=None,
+                n_outputs=None, head=None, lengths=None, batches=None, n_steps=None,
                 validation_score=None, n_iter_no_change=None, merge_into=None, verbose=False):
     """Train ``base`` (with a linear head of ``n_inputs`` to ``n_outputs``, if given) by
     ``recipe``: the one training skeleton of skbert's fine-tuners.
 
     ``base`` is never written: a private copy on ``device`` trains, LoRA's
     adapters train beside its weights, or (``freeze="all"``) it is the fixed
-    function under the head. ``batch_loss(network, rows)``, ``rows``,
+    function under the head, which starts from ``head`` (``(weight, bias)`` arrays, a
+    pretrained head) where given. ``batch_loss(network, rows)``, ``rows``,
     ``lengths`` and ``batches`` are :func:`train`'s, the epochs and batch
     size the recipe's (``n_steps``: the steps of the schedule, when
     ``batches`` draws other than ``batch_size`` rows a step); with
@@ -518,8 +519,13 @@ def fit_network(base, recipe, batch_loss, rows, *, name, seed, device, dtype, n_
             encoder = base if freeze == "all" else copy.deepcopy(base).to(device)
             frozen = frozen_modules(encoder, freeze)
             trainable = unfreeze(encoder, frozen)
-        head = (torch.nn.Identity() if n_outputs is None
-                else linear_head(encoder.config, n_inputs, n_outputs, device))
+        head_module = (torch.nn.Identity() if n_outputs is None
+                       else linear_head(encoder.config, n_inputs, n_outputs, device))
+        if head is not None:
+            with torch.no_grad():
+                for tensor, values in zip((head_module[1].weight, head_module[1].bias), head):
+                    tensor.copy_(torch.as_tensor(values))
+        head = head_module
         network = Network(encoder, head, frozen, trainable)
         step = optimizer_step(
             network, n_steps, learning_rate=recipe.learning_rate,
