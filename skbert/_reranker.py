@@ -34,7 +34,7 @@ from skbert._encoder._encoding import TOKENIZER_LOCK, _model_inputs, tokenize
 from skbert._encoder._features import Extraction
 from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._train import _lora, _losses, _training
-from skbert._validation import check_text_tuples, check_texts
+from skbert._validation import TUPLE_WIDTHS, check_text_tuples, check_texts
 from skbert._vectorizer import BertVectorizer
 
 # The architectures whose head is dropout and one linear layer ("classifier") on the pooler
@@ -46,8 +46,6 @@ _ACTIVATIONS = {"torch.nn.modules.activation.Sigmoid": "sigmoid",
                 "torch.nn.modules.linear.Identity": "identity",
                 "torch.nn.modules.activation.Tanh": "tanh"}
 _PATHS = {name: path for path, name in _ACTIVATIONS.items()}
-# Tuples of up to this many texts: a query, its positive and up to 63 negatives.
-_WIDTHS = range(2, 66)
 
 
 def _activate(activation, logits):
@@ -402,7 +400,7 @@ class BertReranker(TunedPersistence, EncoderMixin, BaseEstimator):
         """``(pairs, groups, targets, loss)``: the pairs that train, each training row's pairs
         as indices into them (one a row for "bce", a tuple's for "listwise"), the rows'
         targets (None for "listwise") and the loss, "auto" resolved; the input checked."""
-        columns = check_text_tuples(X, _WIDTHS)
+        columns = check_text_tuples(X, TUPLE_WIDTHS)
         if not columns[0]:
             raise ValueError("Found 0 pairs while a minimum of 1 is required by BertReranker.")
         if len(columns) == 1:
@@ -554,7 +552,7 @@ class BertReranker(TunedPersistence, EncoderMixin, BaseEstimator):
         """
         from skbert.metrics import ndcg_at_k
 
-        columns = check_text_tuples(X, _WIDTHS)
+        columns = check_text_tuples(X, TUPLE_WIDTHS)
         if len(columns) > 2 and y is None:  # each tuple a query of its own
             width = len(columns) - 1
             pairs = [(query, document) for query, *row in zip(*columns) for document in row]

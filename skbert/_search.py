@@ -288,10 +288,10 @@ class SimilaritySearch(BaseEstimator):
         return self._reranked(queries, self._top_k(self._encode(queries), self._n_candidates(k)),
                               k)
 
-    def _query_texts(self, queries):
+    def _query_texts(self, queries, what="queries"):
         queries = check_texts(queries)
         if queries and not isinstance(queries[0], str):
-            raise ValueError("The reranker reads query texts (str), not pairs.")
+            raise ValueError(f"The {what} must be texts (str), not pairs.")
         return queries
 
     def _n_candidates(self, k, extra=0):
@@ -410,7 +410,8 @@ class SimilaritySearch(BaseEstimator):
         if self._texts is None:
             raise ValueError("mine_negatives reads the corpus texts: fit the search on texts "
                              "(with a vectorizer).")
-        queries, positives = self._query_texts(queries), self._query_texts(positives)
+        queries = self._query_texts(queries)
+        positives = self._query_texts(positives, "positives")
         if len(queries) != len(positives) or not queries:
             raise ValueError(f"mine_negatives got {len(queries)} queries and {len(positives)} "
                              "positives: give one positive per query, at least one.")
@@ -429,12 +430,13 @@ class SimilaritySearch(BaseEstimator):
             own.setdefault(query, set()).add(positive)
         distinct = list(own)
         stop = self.n_samples_fit_ if range_max is None else min(range_max, self.n_samples_fit_)
-        scores, indices = self._top_k(self._encode(distinct), stop)
+        encoded = self._encode(distinct)
+        scores, indices = self._top_k(encoded, stop)
         row_of = {query: row for row, query in enumerate(distinct)}
         bounds = np.full(len(queries), np.inf)
         if margin is not None:  # each positive's similarity, encoded as the corpus is
             similarity = (unit_rows(self.vectorizer_.transform(positives))
-                          * self._encode(queries)).sum(axis=1)
+                          * encoded[[row_of[query] for query in queries]]).sum(axis=1)
             bounds = similarity - margin
         if max_score is not None:
             bounds = np.minimum(bounds, max_score)

@@ -27,13 +27,11 @@ from skbert._encoder._encoding import _model_inputs, tokenize
 from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._index import unit_rows
 from skbert._train import _lora, _losses, _training
-from skbert._validation import check_text_tuples, warn_at_caller
+from skbert._validation import TUPLE_WIDTHS, check_text_tuples, warn_at_caller
 from skbert._vectorizer import BertVectorizer
 
 # What each loss trains on: the number of texts per item, and whether it reads y.
-# (query, positive) pairs, triplets, and tuples with more negatives (SimilaritySearch's mining).
-_TUPLE_WIDTHS = tuple(range(2, 66))
-_INPUTS = {"in_batch": (_TUPLE_WIDTHS, False), "cosent": ((2,), True), "cosine": ((2,), True),
+_INPUTS = {"in_batch": (TUPLE_WIDTHS, False), "cosent": ((2,), True), "cosine": ((2,), True),
            "supcon": ((1,), True)}
 _KINDS = {1: "texts", 2: "pairs", 3: "triplets"}
 
@@ -333,7 +331,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         """
         import torch
 
-        columns = check_text_tuples(X, _TUPLE_WIDTHS)
+        columns = check_text_tuples(X, TUPLE_WIDTHS)
         loss, targets = self._checked_targets(columns, y)
         freeze = _training.resolved_freeze(self.freeze)
         template = BertVectorizer() if self.vectorizer is None else self.vectorizer

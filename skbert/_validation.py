@@ -89,6 +89,10 @@ def check_texts(X):
     return _checked_rows(X, (2,))
 
 
+# (query, positive) pairs, triplets and tuples of more negatives, as fine-tuners take them.
+TUPLE_WIDTHS = range(2, 66)
+
+
 def check_text_tuples(X, widths):
     """Validate texts or tuples of texts (pairs, triplets), reading ``X`` once.
 

@@ -51,6 +51,7 @@ def resolved_rate(learning_rate, freeze, rates, default):
     (``rates``: {freeze: rate}), else ``default``."""
     return rates.get(freeze, default) if learning_rate == "auto" else learning_rate
 
+
 # Seeded training sets torch's global random state, which dropout draws from: one at a time.
 _TRAINING = threading.RLock()
 
@@ -140,8 +141,9 @@ def unfreeze(encoder, frozen):
             if parameter.requires_grad}
 
 
-def linear_head(config, n_inputs, n_outputs, device):
-    """Dropout, then a linear layer initialized as BERT initializes its own heads."""
+def linear_head(config, n_inputs, n_outputs, device, initial=None):
+    """Dropout, then a linear layer initialized as BERT initializes its own heads, or to
+    ``initial`` (``(weight, bias)`` arrays: a pretrained head)."""
     import torch
 
     head = torch.nn.Sequential(
@@ -150,6 +152,10 @@ def linear_head(config, n_inputs, n_outputs, device):
     ).to(device)
     torch.nn.init.normal_(head[1].weight, std=config.initializer_range)
     torch.nn.init.zeros_(head[1].bias)
+    if initial is not None:
+        with torch.no_grad():
+            for tensor, values in zip((head[1].weight, head[1].bias), initial):
+                tensor.copy_(torch.as_tensor(values))
     return head
 
 
@@ -519,13 +525,8 @@ def fit_network(base, recipe, batch_loss, rows, *, name, seed, device, dtype, n_
             encoder = base if freeze == "all" else copy.deepcopy(base).to(device)
             frozen = frozen_modules(encoder, freeze)
             trainable = unfreeze(encoder, frozen)
-        head_module = (torch.nn.Identity() if n_outputs is None
-                       else linear_head(encoder.config, n_inputs, n_outputs, device))
-        if head is not None:
-            with torch.no_grad():
-                for tensor, values in zip((head_module[1].weight, head_module[1].bias), head):
-                    tensor.copy_(torch.as_tensor(values))
-        head = head_module
+        head = (torch.nn.Identity() if n_outputs is None
+                else linear_head(encoder.config, n_inputs, n_outputs, device, head))
         network = Network(encoder, head, frozen, trainable)
         step = optimizer_step(
             network, n_steps, learning_rate=recipe.learning_rate,
