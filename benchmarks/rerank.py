@@ -16,12 +16,15 @@ pairs, skbert's cache emptied before each timed call.
 - ``compare``: binary cross-entropy on the same labelled pairs (each
   4-negative tuple's (query, positive, 1) and (query, negative, 0), as
   ``loss="bce"`` expands tuples), 1 epoch, batch 16, learning rate 2e-5, 10%
-  warm-up, max_length 320, seed 0: ``BertReranker.fit`` (timed: the model's
-  load, tokenizing and training) and sentence-transformers'
+  warm-up, max_length 320, seed 0 (``--seeds`` runs the pair of fits for each
+  seed given: the mined data stay the same): ``BertReranker.fit`` (timed: the
+  model's load, tokenizing and training) and sentence-transformers'
   ``CrossEncoderTrainer`` with ``BinaryCrossEntropyLoss`` (``trainer.train()``
   timed; both AdamW, linear warm-up and decay, no weight decay, gradients
-  clipped to 1). Targets: skbert within 0.01 nDCG@10 of sentence-transformers,
-  its fit no slower.
+  clipped to 1). A row per seed as its fits end, then the mean and standard
+  deviation of each side. Targets: skbert within 0.01 nDCG@10 of
+  sentence-transformers, its fit no slower. The first seed's models serve
+  ``engines`` and ``folders``.
 - ``table``: BertReranker over loss (bce, listwise) x negatives (4, 8) x epochs
   (1, 3), the recipe above otherwise ("listwise" fits the tuples, "bce" their
   pairs); nDCG@10 and fit seconds, a row printed as each fit ends.
@@ -31,12 +34,15 @@ pairs, skbert's cache emptied before each timed call.
   ``finetune_embeddings.py scifact`` (pairs, same recipe).
 - ``engines``: compare's bce reranker (trained here if compare did not run),
   saved with ``save_cross_encoder`` and read back with ``fit()`` on torch
-  float32 and on OpenVINO int8 (calibrated on the first 300 distinct candidate
+  float32, on OpenVINO bfloat16 and on OpenVINO int8 (calibrated on the first 300 distinct candidate
   pairs of the train queries' top 20); best of two timed rerankings of the
   test candidates (300 x 20 pairs). Targets: int8 >= 2x faster, nDCG@10
   within 0.005. Beside them sentence-transformers' ``CrossEncoder`` on the
-  folder with ``backend="onnx"`` and ``"openvino"``, where its extras
-  (optimum) are installed; otherwise the reason is printed.
+  folder in torch float32 and with ``backend="onnx"`` and ``"openvino"``
+  (OpenVINO's default precision, printed), timed the same way by ``_peers.py``
+  in ``benchmarks/.peer-env`` (built on first use: its optimum extras need an
+  older transformers than skbert's), with the largest difference of its torch
+  scores to skbert's.
 - ``folders``: the reranker's ``save_cross_encoder`` folder read by
   ``sentence_transformers.CrossEncoder``, and a folder written by
   sentence-transformers' ``CrossEncoder.save`` (compare's model, or a fresh
@@ -45,15 +51,16 @@ pairs, skbert's cache emptied before each timed call.
 
 Needs ``pip install datasets accelerate`` (sentence-transformers' trainer)
 beside the ``dev`` extra, and the shared data (``../shared/data/scifact``).
-Run: ``python benchmarks/rerank.py compare table firststage engines folders``;
-each part runs alone too. ``--smoke`` runs the selected parts on 20 test
+Run: ``python benchmarks/rerank.py compare table firststage engines folders
+[--seeds 0 1 2]``; each part runs alone too. ``--smoke`` runs the selected parts on 20 test
 queries, 40 train pairs and 600 documents (the judged ones of both, then the
 corpus in order), with rerankers at max_length 128, to check the script runs
 (its setup alone took 77 s on 2 busy cores; each part adds minutes).
 
-Timings on 2 cores of an AMD EPYC (AVX-512; figures in benchmarks/README.md): setup 206 s,
-compare 3,000 s (each fit about 20 minutes), folders 43 s, engines 888 s, firststage 1,487 s;
-table about 7 hours (not yet run to the end).
+Timings on 2 cores of an AMD EPYC (AVX-512; figures in benchmarks/README.md): setup 206-228 s,
+compare 3,000-3,433 s a seed (each fit 19-24 minutes), folders 43 s, engines 888 s without
+sentence-transformers' rows and 2,959 s with them and bfloat16 (the peer environment built
+beforehand), firststage 1,487 s; table about 7 hours (not yet run to the end).
 """
 
 import argparse
@@ -63,10 +70,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from finetune_embeddings import cpu, fit_timed, model_path  # this folder is on sys.path
+from _peers import PEER_ENV, run_peers  # this folder is on sys.path
+from finetune_embeddings import cpu, fit_timed, model_path
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 SEED = 0
+SEEDS = (SEED,)  # compare's training seeds (--seeds)
 TOP = 20  # first-stage candidates of each test query that the rerankers reorder
 NEGATIVES = (4, 8)
 MAX_LENGTH = 320  # rerankers' tokens per pair (128 with --smoke)
@@ -146,7 +155,7 @@ def setup(smoke=False):
 
 def rerank(predict, repeats=1):
     """nDCG@10 of the test candidates reordered by ``predict``'s scores of their (query,
-    document) pairs, and the best seconds of ``repeats`` timed calls."""
+    document) pairs, the best seconds of ``repeats`` timed calls, and the scores."""
     from skbert import clear_cache
 
     state = setup()
@@ -158,7 +167,7 @@ def rerank(predict, repeats=1):
         start = time.perf_counter()
         scores = np.asarray(predict(pairs), dtype=np.float64)
         best = min(best, time.perf_counter() - start)
-    return ndcg(scores.reshape(candidates.shape), candidates, state["data"]), best
+    return ndcg(scores.reshape(candidates.shape), candidates, state["data"]), best, scores
 
 
 def skbert_predict(reranker):
@@ -169,12 +178,12 @@ def st_predict(model):
     return lambda pairs: model.predict(pairs, batch_size=SCORE_BATCH, show_progress_bar=False)
 
 
-def reranker(loss="bce", epochs=1):
+def reranker(loss="bce", epochs=1, seed=SEED):
     from skbert import BertReranker
 
     return BertReranker(model_path(), loss=loss, epochs=epochs, batch_size=16,
                         learning_rate=2e-5, warmup=0.1, max_length=MAX_LENGTH,
-                        random_state=SEED)
+                        random_state=seed)
 
 
 def labelled_pairs():
@@ -186,7 +195,7 @@ def labelled_pairs():
     return pairs, labels
 
 
-def st_fit(pairs, labels):
+def st_fit(pairs, labels, seed=SEED):
     """sentence-transformers' CrossEncoderTrainer on the labelled pairs: the model and the
     seconds of ``trainer.train()``."""
     import torch
@@ -198,7 +207,7 @@ def st_fit(pairs, labels):
     )
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    torch.manual_seed(SEED)  # the fresh head is drawn here, before the trainer seeds
+    torch.manual_seed(seed)  # the fresh head is drawn here, before the trainer seeds
     model = CrossEncoder(model_path(), num_labels=1, max_length=MAX_LENGTH, device="cpu")
     data = Dataset.from_dict({"query": [query for query, _ in pairs],
                               "document": [document for _, document in pairs],
@@ -206,7 +215,7 @@ def st_fit(pairs, labels):
     with tempfile.TemporaryDirectory() as output:
         args = CrossEncoderTrainingArguments(
             output_dir=output, num_train_epochs=1, per_device_train_batch_size=16,
-            learning_rate=2e-5, warmup_ratio=0.1, weight_decay=0.0, seed=SEED,
+            learning_rate=2e-5, warmup_ratio=0.1, weight_decay=0.0, seed=seed,
             save_strategy="no", logging_strategy="no", report_to="none",
             dataloader_drop_last=False, use_cpu=True, disable_tqdm=True)
         trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data,
@@ -232,28 +241,43 @@ def markdown(header, rows):
 
 def part_compare(report):
     pairs, labels = labelled_pairs()
-    skbert, skbert_fit = fit_timed(reranker("bce"), pairs, labels)
-    _TRAINED["skbert"] = skbert
-    print(f"  skbert fit: {skbert_fit:.0f} s on {len(pairs)} pairs", flush=True)
-    st, st_fit_s = st_fit(pairs, labels)
-    _TRAINED["st"] = st
-    print(f"  sentence-transformers fit: {st_fit_s:.0f} s", flush=True)
-    ours, ours_s = rerank(skbert_predict(skbert))
-    theirs, theirs_s = rerank(st_predict(st))
     bi_encoder = setup()["bi_encoder"]
-    markdown(["", "nDCG@10", "fit s", "rerank s"], [
-        ["bi-encoder alone", f"{bi_encoder:.4f}", "", ""],
-        ["skbert BertReranker", f"{ours:.4f}", f"{skbert_fit:.0f}", f"{ours_s:.1f}"],
-        ["sentence-transformers CrossEncoder", f"{theirs:.4f}", f"{st_fit_s:.0f}",
-         f"{theirs_s:.1f}"],
-        ["skbert - ST; skbert / ST", f"{ours - theirs:+.4f}", f"{skbert_fit / st_fit_s:.2f}x",
-         f"{ours_s / theirs_s:.2f}x"],
-    ])
+    runs = {}
+    for seed in SEEDS:
+        skbert, skbert_fit = fit_timed(reranker("bce", seed=seed), pairs, labels)
+        print(f"  seed {seed}: skbert fit {skbert_fit:.0f} s on {len(pairs)} pairs", flush=True)
+        st, st_fit_s = st_fit(pairs, labels, seed)
+        print(f"  seed {seed}: sentence-transformers fit {st_fit_s:.0f} s", flush=True)
+        ours, ours_s, _ = rerank(skbert_predict(skbert))
+        theirs, theirs_s, _ = rerank(st_predict(st))
+        _TRAINED.setdefault("skbert", skbert)
+        _TRAINED.setdefault("st", st)
+        runs[seed] = {"skbert": {"ndcg@10": ours, "fit_s": skbert_fit, "rerank_s": ours_s},
+                      "sentence-transformers": {"ndcg@10": theirs, "fit_s": st_fit_s,
+                                                "rerank_s": theirs_s}}
+        print(f"  seed {seed}: nDCG@10 {ours:.4f} vs {theirs:.4f} ({ours - theirs:+.4f}), fit "
+              f"{skbert_fit / st_fit_s:.2f}x, rerank {ours_s:.1f} s vs {theirs_s:.1f} s",
+              flush=True)
+    rows = [["bi-encoder alone", f"{bi_encoder:.4f}", f"{bi_encoder:.4f}", "", "", "", ""]]
+    for seed, run in runs.items():
+        ours, theirs = run["skbert"], run["sentence-transformers"]
+        rows.append([f"seed {seed}", f"{ours['ndcg@10']:.4f}", f"{theirs['ndcg@10']:.4f}",
+                     f"{ours['ndcg@10'] - theirs['ndcg@10']:+.4f}", f"{ours['fit_s']:.0f}",
+                     f"{theirs['fit_s']:.0f}", f"{ours['fit_s'] / theirs['fit_s']:.2f}x"])
+    if len(runs) > 1:
+        ours, theirs = ([run[side]["ndcg@10"] for run in runs.values()]
+                        for side in ("skbert", "sentence-transformers"))
+        fits = [run["skbert"]["fit_s"] / run["sentence-transformers"]["fit_s"]
+                for run in runs.values()]
+        rows.append([f"mean ± sd of {len(runs)} seeds",
+                     f"{np.mean(ours):.4f} ± {np.std(ours, ddof=1):.4f}",
+                     f"{np.mean(theirs):.4f} ± {np.std(theirs, ddof=1):.4f}",
+                     f"{np.mean(ours) - np.mean(theirs):+.4f}", "", "", f"{np.mean(fits):.2f}x"])
+    markdown(["", "skbert nDCG@10", "ST nDCG@10", "skbert - ST", "skbert fit s", "ST fit s",
+              "fit skbert / ST"], rows)
     print("  targets: nDCG@10 within 0.01 of ST, fit seconds ratio <= 1", flush=True)
     report["compare"] = {"n_pairs": len(pairs), "bi_encoder": bi_encoder,
-                         "skbert": {"ndcg@10": ours, "fit_s": skbert_fit, "rerank_s": ours_s},
-                         "sentence-transformers": {"ndcg@10": theirs, "fit_s": st_fit_s,
-                                                   "rerank_s": theirs_s}}
+                         "seeds": {str(seed): run for seed, run in runs.items()}}
 
 
 def part_table(report):
@@ -312,38 +336,46 @@ def calibration_pairs():
 
 
 def part_engines(report):
+    import torch
+
     from skbert import BertReranker
 
-    rows = {}
+    pairs, candidates = setup()["pairs"], setup()["candidates"]
+    rows, scores = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = bce_reranker().save_cross_encoder(Path(tmp) / "reranker")
         readers = {"skbert torch float32": BertReranker(folder),
+                   "skbert openvino bfloat16": BertReranker(folder, backend="openvino",
+                                                            dtype="bfloat16"),
                    "skbert openvino int8": BertReranker(folder, backend="openvino",
                                                         dtype="int8",
                                                         calibration=calibration_pairs())}
         for name, estimator in readers.items():
-            score, seconds = rerank(skbert_predict(estimator.fit()), repeats=2)
+            score, seconds, scores[name] = rerank(skbert_predict(estimator.fit()), repeats=2)
             rows[name] = {"ndcg@10": score, "rerank_s": seconds}
             print(f"  {name}: {json.dumps(rows[name])}", flush=True)
-        from sentence_transformers import CrossEncoder
-
-        for backend in ("onnx", "openvino"):
-            name = f"sentence-transformers {backend}"
-            try:
-                model = CrossEncoder(str(folder), backend=backend, device="cpu")
-                score, seconds = rerank(st_predict(model), repeats=2)
-            except Exception as error:  # its extras (optimum) missing, or the export failed
-                print(f"  {name}: skipped ({type(error).__name__}: {error})", flush=True)
-                continue
-            rows[name] = {"ndcg@10": score, "rerank_s": seconds}
-            print(f"  {name}: {json.dumps(rows[name])}", flush=True)
+        print(f"  sentence-transformers' CrossEncoder in {PEER_ENV.name}", flush=True)
+        found = run_peers({"model": str(folder), "pairs": [list(pair) for pair in pairs],
+                           "batch_size": SCORE_BATCH, "threads": torch.get_num_threads(),
+                           "repeats": 2})
+    print("  " + ", ".join(f"{key} {value}" for key, value in found["versions"].items())
+          + f"; OpenVINO ran in {found['openvino_precision']}", flush=True)
+    for name, row in found["runners"].items():
+        rows[f"sentence-transformers {name}"] = {
+            "ndcg@10": ndcg(np.reshape(row["scores"], candidates.shape), candidates,
+                            setup()["data"]), "rerank_s": row["seconds"]}
+    difference = np.abs(np.subtract(found["runners"]["torch fp32"]["scores"],
+                                    scores["skbert torch float32"]))
+    print(f"  largest |sentence-transformers torch fp32 - skbert torch fp32| score: "
+          f"{difference.max():.2e}", flush=True)
     base = rows["skbert torch float32"]
     markdown(["engine", "nDCG@10", "- torch fp32", "rerank s", "torch fp32 s / this"], [
         [name, f"{row['ndcg@10']:.4f}", f"{row['ndcg@10'] - base['ndcg@10']:+.4f}",
          f"{row['rerank_s']:.1f}", f"{base['rerank_s'] / row['rerank_s']:.2f}x"]
         for name, row in rows.items()])
     print("  targets: skbert openvino int8 >= 2x, nDCG@10 within 0.005", flush=True)
-    report["engines"] = {"n_pairs": len(setup()["pairs"]), **rows}
+    report["engines"] = {"n_pairs": len(pairs), "peer_versions": found["versions"],
+                         "peer_openvino_precision": found["openvino_precision"], **rows}
 
 
 def part_folders(report):
@@ -379,11 +411,13 @@ PARTS = {"compare": part_compare, "table": part_table, "firststage": part_firsts
 
 
 def main():
-    global MAX_LENGTH
+    global MAX_LENGTH, SEEDS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="+", choices=list(PARTS))
     parser.add_argument("--smoke", action="store_true",
                         help="a small subset, to check that the script runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS),
+                        help="compare's training seeds (default: 0)")
     parser.add_argument("--output", type=Path, help="also write the report as JSON here")
     args = parser.parse_args()
     import sentence_transformers
@@ -394,6 +428,7 @@ def main():
 
     if args.smoke:
         MAX_LENGTH = 128
+    SEEDS = tuple(args.seeds)
     report = {"cpu": cpu(), "torch_threads": torch.get_num_threads(), "smoke": args.smoke,
               "versions": {"skbert": skbert.__version__, "torch": torch.__version__,
                            "transformers": transformers.__version__,
