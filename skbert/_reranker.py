@@ -102,12 +102,19 @@ def read_head(source, revision):
             _folder_activation(source, revision, config))
 
 
-def _checked_pairs(X, what="X"):
+def _checked_pairs(X):
     pairs = check_texts(X)
     if not pairs or isinstance(pairs[0], str):
         found = "no pair" if not pairs else "single texts"
-        raise ValueError(f"{what} must be (query, document) pairs; got {found}.")
+        raise ValueError(f"X must be (query, document) pairs; got {found}.")
     return pairs
+
+
+def _tuple_pairs(columns):
+    """The (query, document) pairs of the columns of (query, positive, negative, ...)
+    tuples, tuple by tuple, and their relevance: the positive 1, the negatives 0."""
+    pairs = [(query, document) for query, *row in zip(*columns) for document in row]
+    return pairs, np.tile(np.eye(1, len(columns) - 1)[0], len(columns[0]))
 
 
 class BertReranker(TunedPersistence, EncoderMixin, BaseEstimator):
@@ -432,10 +439,10 @@ class BertReranker(TunedPersistence, EncoderMixin, BaseEstimator):
                 "(query, positive, negative, ...) tuples carry their labels (the first "
                 "document is the positive): pass no y, or give (query, document) pairs with y.")
         n_tuples, width = len(columns[0]), len(columns) - 1
-        pairs = [(query, document) for query, *row in zip(*columns) for document in row]
+        pairs, labels = _tuple_pairs(columns)
         if self.loss == "bce":  # each tuple's pairs, the positive 1 and the negatives 0
-            targets = np.tile(np.eye(1, width, dtype=np.float32)[0], n_tuples)
-            return pairs, np.arange(len(pairs))[:, None], targets[:, None], "bce"
+            targets = labels[:, None].astype(np.float32)
+            return pairs, np.arange(len(pairs))[:, None], targets, "bce"
         return pairs, np.arange(len(pairs)).reshape(n_tuples, width), None, "listwise"
 
     def _fit_vectorizer(self, pairs, freeze):
@@ -554,10 +561,8 @@ class BertReranker(TunedPersistence, EncoderMixin, BaseEstimator):
 
         columns = check_text_tuples(X, TUPLE_WIDTHS)
         if len(columns) > 2 and y is None:  # each tuple a query of its own
-            width = len(columns) - 1
-            pairs = [(query, document) for query, *row in zip(*columns) for document in row]
-            y = np.tile(np.eye(1, width)[0], len(columns[0]))
-            queries = np.repeat(np.arange(len(columns[0])), width).tolist()
+            pairs, y = _tuple_pairs(columns)
+            queries = np.repeat(np.arange(len(columns[0])), len(columns) - 1).tolist()
         else:
             if len(columns) != 2 or y is None:
                 raise ValueError("score takes (query, document) pairs with their relevance y, "
