@@ -7,7 +7,7 @@ documents), its 300 test queries and 919 train (query, positive) pairs; the
 first stage ``SimilaritySearch(BertVectorizer(model, pooling="mean",
 norm="l2"))`` over the corpus, whose top 20 of each test query are the
 candidates every reranker reorders (its own nDCG@10 is the "bi-encoder" row);
-``mine_negatives`` on the train pairs with 4 and 8 negatives from first-stage
+``mine_negatives`` on the train pairs with 4 negatives from first-stage
 ranks 3-30 (top sampling, no judged positive). Scoring: test nDCG@10 of each
 query's 20 candidates in the reranker's order (documents outside the top 20
 are not in the run), pairs in batches of 64 on every side, one warm-up on 64
@@ -25,9 +25,6 @@ pairs, skbert's cache emptied before each timed call.
   deviation of each side. Targets: skbert within 0.01 nDCG@10 of
   sentence-transformers, its fit no slower. The first seed's models serve
   ``engines`` and ``folders``.
-- ``table``: BertReranker over loss (bce, listwise) x negatives (4, 8) x epochs
-  (1, 3), the recipe above otherwise ("listwise" fits the tuples, "bce" their
-  pairs); nDCG@10 and fit seconds, a row printed as each fit ends.
 - ``firststage``: ``FineTunedVectorizer(loss="in_batch")`` (1 epoch, batch 32,
   2e-5, max_length 256) on the 919 pairs and on the 4-negative tuples, each as
   the first stage over the whole corpus; beside it the 0.6679 of
@@ -42,7 +39,9 @@ pairs, skbert's cache emptied before each timed call.
   (OpenVINO's default precision, printed), timed the same way by ``_peers.py``
   in ``benchmarks/.peer-env`` (built on first use: its optimum extras need an
   older transformers than skbert's), with the largest difference of its torch
-  scores to skbert's.
+  scores to skbert's. ``--reranker FOLDER`` reads that cross-encoder folder
+  instead (read at max_length 320 whatever window it was saved with), and
+  ``--no-peers`` leaves sentence-transformers' rows out.
 - ``folders``: the reranker's ``save_cross_encoder`` folder read by
   ``sentence_transformers.CrossEncoder``, and a folder written by
   sentence-transformers' ``CrossEncoder.save`` (compare's model, or a fresh
@@ -51,7 +50,7 @@ pairs, skbert's cache emptied before each timed call.
 
 Needs ``pip install datasets accelerate`` (sentence-transformers' trainer)
 beside the ``dev`` extra, and the shared data (``../shared/data/scifact``).
-Run: ``python benchmarks/rerank.py compare table firststage engines folders
+Run: ``python benchmarks/rerank.py compare firststage engines folders
 [--seeds 0 1 2]``; each part runs alone too. ``--smoke`` runs the selected parts on 20 test
 queries, 40 train pairs and 600 documents (the judged ones of both, then the
 corpus in order), with rerankers at max_length 128, to check the script runs
@@ -60,10 +59,12 @@ corpus in order), with rerankers at max_length 128, to check the script runs
 Timings on 2 cores of an AMD EPYC (AVX-512; figures in benchmarks/README.md): setup 206-228 s,
 compare 3,000-3,433 s a seed (each fit 19-24 minutes), folders 43 s, engines 888 s without
 sentence-transformers' rows and 2,959 s with them and bfloat16 (the peer environment built
-beforehand), firststage 1,487 s; table about 7 hours (not yet run to the end).
+beforehand), firststage 1,487 s. (Issue 59's loss x negatives x epochs table was dropped: on
+data where no trainer learns it measures noise.)
 """
 
 import argparse
+import functools
 import json
 import tempfile
 import time
@@ -77,13 +78,15 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact
 SEED = 0
 SEEDS = (SEED,)  # compare's training seeds (--seeds)
 TOP = 20  # first-stage candidates of each test query that the rerankers reorder
-NEGATIVES = (4, 8)
+NEGATIVES = (4,)
 MAX_LENGTH = 320  # rerankers' tokens per pair (128 with --smoke)
 SCORE_BATCH = 64
 N_CALIBRATION = 300
 SMOKE = dict(test=20, train=40, corpus=600)
 FINETUNED_REFERENCE = 0.6679  # finetune_embeddings.py scifact, skbert full, 919 pairs
 
+RERANKER = None  # --reranker: the cross-encoder folder engines reads, instead of compare's
+PEERS = True  # --no-peers: engines without sentence-transformers' rows
 _SETUP = {}  # the data, the first stage, its candidates and the mined tuples
 _TRAINED = {}  # compare's models: "skbert" (BertReranker), "st" (CrossEncoder)
 
@@ -195,9 +198,9 @@ def labelled_pairs():
     return pairs, labels
 
 
-def st_fit(pairs, labels, seed=SEED):
-    """sentence-transformers' CrossEncoderTrainer on the labelled pairs: the model and the
-    seconds of ``trainer.train()``."""
+def st_fit(pairs, labels, seed=SEED, *, max_length=None, epochs=1):
+    """sentence-transformers' CrossEncoderTrainer on the labelled pairs (relevance in [0, 1]):
+    the model and the seconds of ``trainer.train()``; ``max_length`` None is MAX_LENGTH."""
     import torch
     from datasets import Dataset
     from sentence_transformers.cross_encoder import (
@@ -208,13 +211,14 @@ def st_fit(pairs, labels, seed=SEED):
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
     torch.manual_seed(seed)  # the fresh head is drawn here, before the trainer seeds
-    model = CrossEncoder(model_path(), num_labels=1, max_length=MAX_LENGTH, device="cpu")
+    model = CrossEncoder(model_path(), num_labels=1, max_length=max_length or MAX_LENGTH,
+                         device="cpu")
     data = Dataset.from_dict({"query": [query for query, _ in pairs],
                               "document": [document for _, document in pairs],
                               "label": list(labels)})
     with tempfile.TemporaryDirectory() as output:
         args = CrossEncoderTrainingArguments(
-            output_dir=output, num_train_epochs=1, per_device_train_batch_size=16,
+            output_dir=output, num_train_epochs=epochs, per_device_train_batch_size=16,
             learning_rate=2e-5, warmup_ratio=0.1, weight_decay=0.0, seed=seed,
             save_strategy="no", logging_strategy="no", report_to="none",
             dataloader_drop_last=False, use_cpu=True, disable_tqdm=True)
@@ -280,24 +284,6 @@ def part_compare(report):
                          "seeds": {str(seed): run for seed, run in runs.items()}}
 
 
-def part_table(report):
-    state = setup()
-    rows = [{"loss": "bi-encoder alone", "ndcg@10": state["bi_encoder"]}]
-    markdown(["loss", "negatives", "epochs", "tuples", "nDCG@10", "fit s"],
-             [["bi-encoder alone", "", "", "", f"{state['bi_encoder']:.4f}", ""]])
-    for loss in ("bce", "listwise"):
-        for n in NEGATIVES:
-            for epochs in (1, 3):
-                tuples = state["tuples"][n]
-                fitted, seconds = fit_timed(reranker(loss, epochs), tuples)
-                score = rerank(skbert_predict(fitted))[0]
-                rows.append({"loss": loss, "negatives": n, "epochs": epochs,
-                             "ndcg@10": score, "fit_s": seconds})
-                print(f"| {loss} | {n} | {epochs} | {len(tuples)} | {score:.4f} | "
-                      f"{seconds:.0f} |", flush=True)
-    report["table"] = rows
-
-
 def part_firststage(report):
     from skbert import BertVectorizer, FineTunedVectorizer, SimilaritySearch
 
@@ -343,21 +329,38 @@ def part_engines(report):
     pairs, candidates = setup()["pairs"], setup()["candidates"]
     rows, scores = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        folder = bce_reranker().save_cross_encoder(Path(tmp) / "reranker")
-        readers = {"skbert torch float32": BertReranker(folder),
-                   "skbert openvino bfloat16": BertReranker(folder, backend="openvino",
-                                                            dtype="bfloat16"),
-                   "skbert openvino int8": BertReranker(folder, backend="openvino",
-                                                        dtype="int8",
-                                                        calibration=calibration_pairs())}
+        folder = RERANKER or bce_reranker().save_cross_encoder(Path(tmp) / "reranker")
+        read = functools.partial(BertReranker, folder, max_length=MAX_LENGTH)
+        readers = {"skbert torch float32": read(),
+                   "skbert openvino bfloat16": read(backend="openvino", dtype="bfloat16"),
+                   "skbert openvino int8": read(backend="openvino", dtype="int8",
+                                                calibration=calibration_pairs())}
         for name, estimator in readers.items():
             score, seconds, scores[name] = rerank(skbert_predict(estimator.fit()), repeats=2)
             rows[name] = {"ndcg@10": score, "rerank_s": seconds}
             print(f"  {name}: {json.dumps(rows[name])}", flush=True)
-        print(f"  sentence-transformers' CrossEncoder in {PEER_ENV.name}", flush=True)
-        found = run_peers({"model": str(folder), "pairs": [list(pair) for pair in pairs],
-                           "batch_size": SCORE_BATCH, "threads": torch.get_num_threads(),
-                           "repeats": 2})
+        if PEERS:
+            print(f"  sentence-transformers' CrossEncoder in {PEER_ENV.name}", flush=True)
+            found = run_peers({"model": str(folder), "pairs": [list(pair) for pair in pairs],
+                               "batch_size": SCORE_BATCH, "threads": torch.get_num_threads(),
+                               "repeats": 2})
+    if PEERS:
+        peer_rows(found, rows, scores, candidates)
+    base = rows["skbert torch float32"]
+    markdown(["engine", "nDCG@10", "- torch fp32", "rerank s", "torch fp32 s / this"], [
+        [name, f"{row['ndcg@10']:.4f}", f"{row['ndcg@10'] - base['ndcg@10']:+.4f}",
+         f"{row['rerank_s']:.1f}", f"{base['rerank_s'] / row['rerank_s']:.2f}x"]
+        for name, row in rows.items()])
+    print("  targets: skbert openvino int8 >= 2x, nDCG@10 within 0.005", flush=True)
+    report["engines"] = {"n_pairs": len(pairs), "reranker": str(RERANKER or "compare's bce"),
+                         **({"peer_versions": found["versions"],
+                             "peer_openvino_precision": found["openvino_precision"]}
+                            if PEERS else {}), **rows}
+
+
+def peer_rows(found, rows, scores, candidates):
+    """sentence-transformers' rows of ``engines`` into ``rows``, and how far its torch
+    scores lie from skbert's."""
     print("  " + ", ".join(f"{key} {value}" for key, value in found["versions"].items())
           + f"; OpenVINO ran in {found['openvino_precision']}", flush=True)
     for name, row in found["runners"].items():
@@ -368,14 +371,6 @@ def part_engines(report):
                                     scores["skbert torch float32"]))
     print(f"  largest |sentence-transformers torch fp32 - skbert torch fp32| score: "
           f"{difference.max():.2e}", flush=True)
-    base = rows["skbert torch float32"]
-    markdown(["engine", "nDCG@10", "- torch fp32", "rerank s", "torch fp32 s / this"], [
-        [name, f"{row['ndcg@10']:.4f}", f"{row['ndcg@10'] - base['ndcg@10']:+.4f}",
-         f"{row['rerank_s']:.1f}", f"{base['rerank_s'] / row['rerank_s']:.2f}x"]
-        for name, row in rows.items()])
-    print("  targets: skbert openvino int8 >= 2x, nDCG@10 within 0.005", flush=True)
-    report["engines"] = {"n_pairs": len(pairs), "peer_versions": found["versions"],
-                         "peer_openvino_precision": found["openvino_precision"], **rows}
 
 
 def part_folders(report):
@@ -406,12 +401,12 @@ def part_folders(report):
                          "sentence_transformers_to_skbert": st_to_skbert}
 
 
-PARTS = {"compare": part_compare, "table": part_table, "firststage": part_firststage,
+PARTS = {"compare": part_compare, "firststage": part_firststage,
          "engines": part_engines, "folders": part_folders}
 
 
 def main():
-    global MAX_LENGTH, SEEDS
+    global MAX_LENGTH, SEEDS, RERANKER, PEERS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="+", choices=list(PARTS))
     parser.add_argument("--smoke", action="store_true",
@@ -419,7 +414,12 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS),
                         help="compare's training seeds (default: 0)")
     parser.add_argument("--output", type=Path, help="also write the report as JSON here")
+    parser.add_argument("--reranker", type=Path,
+                        help="engines: read this cross-encoder folder instead of training one")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="engines: without sentence-transformers' rows")
     args = parser.parse_args()
+    RERANKER, PEERS = args.reranker, not args.no_peers
     import sentence_transformers
     import torch
     import transformers

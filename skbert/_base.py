@@ -88,8 +88,9 @@ class EncoderMixin:
         return max_length
 
     def _default_window(self, limit):
-        """Tokens per window when ``max_length`` is None: the model's ``limit``."""
-        return int(limit)
+        """Tokens per window when ``max_length`` is None: the tokenizer's
+        ``model_max_length`` within the model's ``limit``."""
+        return int(min(self.tokenizer_.model_max_length, limit))
 
     @property
     def _config(self):
@@ -204,10 +205,10 @@ class FeaturesMixin(EncoderMixin):
     def _default_window(self, limit):
         """Tokens per window when ``max_length`` is None: the ``max_seq_length`` of a
         sentence-transformers folder (capped at the model's ``limit``, as
-        sentence-transformers reads it), whatever ``pooling`` and ``norm`` are, or
-        ``limit``."""
+        sentence-transformers reads it), whatever ``pooling`` and ``norm`` are, or the
+        tokenizer's ``model_max_length`` within ``limit``."""
         window = _loading.window_of_folder(self._sentence, os.fspath(self.model), limit)
-        return int(limit) if window is None else window
+        return super()._default_window(limit) if window is None else window
 
     def _device(self):
         """Where inference runs, resolved now (never written back)."""
@@ -346,7 +347,7 @@ class FeaturesMixin(EncoderMixin):
         width = self._width()
         if not samples:
             return np.empty((0, width), dtype=np.float32)
-        features = self._features(samples, self._engine.runner(self._device()))
+        features = self._features(samples, self._engine.runner(self._device(), self.verbose))
         if width < features.shape[1]:
             features = np.ascontiguousarray(features[:, :width])
         norm = self._folder_setting("norm")

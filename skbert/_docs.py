@@ -58,11 +58,11 @@ default="cls"
         LoRA's validation accuracy 0.755 at 5e-5, 0.860 at 5e-4, 0.880 at
         2e-3, 0.860 at 5e-3; full fine-tuning's best was 5e-5;
         ``benchmarks/finetune.py``).
-    head_learning_rate : float, default=1e-2
-        Peak learning rate of AdamW for the head. The head starts from
-        scratch and learns much faster than the pretrained encoder may
-        change (1e-2 is also SetFit's default); with ``freeze="all"`` it is
-        the only rate that matters.
+    head_learning_rate : float or "auto", default="auto"
+        Peak learning rate of AdamW for the head. "auto" is 1e-2: the head
+        starts from scratch and learns much faster than the pretrained
+        encoder may change (1e-2 is also SetFit's default); with
+        ``freeze="all"`` it is the only rate that matters.
     batch_size : int, default=16
         Texts per optimization step (and per forward pass when encoding).
     weight_decay : float, default=0.01
@@ -72,7 +72,8 @@ default="cls"
         Share of the optimization steps over which the learning rate rises
         linearly from 0; it then falls linearly to 0 at the last step.
     max_length : int or None, default=None
-        Tokens per text, special tokens included. None is the model's limit,
+        Tokens per text, special tokens included, at most what the model's
+        position embeddings hold. None is the tokenizer's ``model_max_length``,
         or a sentence-transformers folder's ``max_seq_length``.
     truncation : {"head", "tail", "head_tail"}, default="head"
         Which tokens of a longer text are kept, as in
@@ -148,6 +149,8 @@ default="cls"
         Number of hidden states, the embedding output included (layers + 1).
     n_iter_ : int
         Epochs run.
+    learning_rate_, head_learning_rate_ : float
+        The peak rates of the encoder and the head ("auto" resolved).
     loss_curve_ : list of float
         Mean training loss of each epoch (of a regressor: on standardized
         targets).

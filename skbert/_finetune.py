@@ -232,8 +232,8 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         "lora_dropout": [Interval(Real, 0, 1, closed="left")],
         "persist_weights": ["boolean"],
         "epochs": [Interval(Integral, 1, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "head_learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": _training.RATE_CONSTRAINT,
+        "head_learning_rate": _training.RATE_CONSTRAINT,
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "warmup": [Interval(Real, 0, 1, closed="both")],
         "max_epochs": [Interval(Integral, 1, None, closed="left"),
@@ -261,7 +261,7 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         lora_dropout=0.1,
         epochs=3,
         learning_rate="auto",
-        head_learning_rate=1e-2,
+        head_learning_rate="auto",
         batch_size=16,
         weight_decay=0.01,
         warmup=0.1,
@@ -373,12 +373,10 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
             outputs = valid_features.cpu().double().numpy() @ weight.T + bias
             return self._score_outputs(outputs, targets[valid].cpu().numpy())
 
-        # "auto": adapters start from zero and take larger steps than a pretrained encoder may
-        # (measured: benchmarks/finetune.py).
-        rate = _training.resolved_rate(self.learning_rate, freeze, {"lora": 2e-3}, 5e-5)
+        rate, head_rate = _training.resolved_rates(
+            "BertClassifier", self.learning_rate, self.head_learning_rate, freeze)
         recipe = _training.Recipe(
-            freeze, epochs, self.batch_size, rate,
-            self.head_learning_rate, warmup, self.weight_decay,
+            freeze, epochs, self.batch_size, rate, head_rate, warmup, self.weight_decay,
             lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))
         trained = _training.fit_network(
             vectorizer.model_, recipe, batch_loss, train, name=name, seed=seed, device=device,
@@ -394,6 +392,7 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         """Set the fitted state of a fit that succeeded, all at once (:meth:`_fit`'s output)."""
         self._vectorizer, self._fitted = vectorizer, fitted
         self.loss_curve_ = trained.loss_curve
+        self.learning_rate_, self.head_learning_rate_ = trained.rates
         self.n_iter_ = len(trained.loss_curve)
         self.validation_scores_ = trained.validation_scores
         self.best_validation_score_ = trained.best_validation_score
@@ -523,7 +522,7 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
     >>> texts = ["What is a cat?", "Who wrote Hamlet?", "Where is Paris?", "Who is she?",
     ...          "What does DNA mean?", "Where is Rome?", "Who sang it?", "Where is Oslo?"]
     >>> labels = ["DESC", "HUM", "LOC", "HUM", "DESC", "LOC", "HUM", "LOC"]
-    >>> clf = BertClassifier(get_model_path(), max_epochs=1, random_state=0)
+    >>> clf = BertClassifier(get_model_path(), epochs=1, random_state=0)
     >>> clf.fit(texts, labels).classes_.tolist()
     ['DESC', 'HUM', 'LOC']
     >>> clf.predict_proba(["Who is he?"]).shape
@@ -547,7 +546,7 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         lora_dropout=0.1,
         epochs=3,
         learning_rate="auto",
-        head_learning_rate=1e-2,
+        head_learning_rate="auto",
         batch_size=16,
         weight_decay=0.01,
         warmup=0.1,
@@ -623,7 +622,13 @@ class BertRegressor(RegressorMixin, _BaseFinetuner):
     The same model and training as :class:`BertClassifier`, with a squared
     error loss. Targets are standardized for training (so the default
     learning rate suits any unit) and predictions are scaled back. On text
-    pairs it is a cross-encoder, e.g. for semantic similarity scores. As
+    pairs it is a cross-encoder for a regression target in its own units,
+    e.g. semantic similarity scores from 0 to 5, read from [CLS] of any layer
+    or another pooling. For relevance (scores that rank a query's documents,
+    sentence-transformers' cross-encoder folders, reranking a search) use
+    :class:`skbert.BertReranker`: a head on BERT's pooler through a sigmoid,
+    binary or listwise losses, nDCG as its score; it writes and reads those
+    folders, which this estimator does not (their head reads the pooler). As
     there, predictions and pickles read what the last fit built, never a
     parameter set since (but ``device``, ``batch_size`` and
     ``persist_weights``).
@@ -655,7 +660,7 @@ class BertRegressor(RegressorMixin, _BaseFinetuner):
     >>> pairs = [("A dog runs.", "A dog is running."), ("A man sings.", "Stocks fell."),
     ...          ("It rains.", "It is raining."), ("Kids play.", "The sun is hot.")] * 2
     >>> scores = [4.8, 0.2, 4.6, 0.4] * 2
-    >>> reg = BertRegressor(get_model_path(), max_epochs=1, random_state=0).fit(pairs, scores)
+    >>> reg = BertRegressor(get_model_path(), epochs=1, random_state=0).fit(pairs, scores)
     >>> reg.predict([("A cat sleeps.", "A cat is sleeping.")]).shape
     (1,)
     """

@@ -9,7 +9,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
 from skbert._index import INDEXES, top_k_blocked, unit_rows
-from skbert._validation import _items, _where, check_texts, warn_at_caller
+from skbert._validation import _checked_items, _items, _where, check_texts, warn_at_caller
 from skbert._words import check_words, frame_rows, reads_words
 
 
@@ -115,7 +115,8 @@ class SimilaritySearch(BaseEstimator):
         A second stage: a :class:`~skbert.BertReranker` (or any estimator
         whose ``predict`` scores (query, document) pairs) that rescores the
         first stage's ``rerank_k`` candidates of each query; :meth:`search`
-        and :meth:`kneighbors` return its top k, by its scores. An unfitted
+        and :meth:`kneighbors` return its top k, by its scores (:meth:`search`
+        gives them as they are, :meth:`kneighbors` 1 - them). An unfitted
         one is cloned and fitted with no data at ``fit`` (which reads a
         cross-encoder folder); a fitted one is used as it is. Where the
         search is cloned (``GridSearchCV``), pass one trained in this
@@ -276,7 +277,12 @@ class SimilaritySearch(BaseEstimator):
         Returns
         -------
         scores : ndarray of shape (n_queries, k), float32
-            Cosine similarities, descending.
+            Descending. Without a reranker, cosine similarities (as
+            ``precision`` and ``rescore`` approximate them). With a
+            ``reranker``, its own scores of the (query, document) pairs, its
+            ``predict``: not cosines; a :class:`~skbert.BertReranker` gives
+            them in [0, 1] through a sigmoid activation, unbounded through an
+            identity one (logits).
         indices : ndarray of shape (n_queries, k), int64
             Corpus row indices.
         """
@@ -294,6 +300,26 @@ class SimilaritySearch(BaseEstimator):
             raise ValueError(f"The {what} must be texts (str), not pairs.")
         return queries
 
+    def _positive_texts(self, positives):
+        """Mining's positives as texts: corpus indices (all ints) read from the fitted
+        corpus, or texts, checked as queries are."""
+        items, _ = _checked_items(positives, (2,))
+        is_index = [isinstance(item, numbers.Integral) and not isinstance(item, bool)
+                    for item in items]
+        if not any(is_index):
+            return self._query_texts(items, "positives")
+        if not all(is_index):
+            position = is_index.index(not is_index[0])
+            raise ValueError(
+                f"positives must be all texts or all corpus indices (ints); the first is "
+                f"{'an int' if is_index[0] else type(items[0]).__name__}, the one at index "
+                f"{position} is {type(items[position]).__name__} ({items[position]!r}).")
+        for position, index in enumerate(items):
+            if not 0 <= index < self.n_samples_fit_:
+                raise ValueError(f"positives[{position}]={int(index)} is not a corpus index: "
+                                 f"they go from 0 to {self.n_samples_fit_ - 1}.")
+        return [self._texts[index] for index in items]
+
     def _n_candidates(self, k, extra=0):
         """First-stage candidates per query for a reranked top ``k``."""
         return min(max(k, self.rerank_k), self.n_samples_fit_ - extra)
@@ -310,7 +336,8 @@ class SimilaritySearch(BaseEstimator):
                 np.take_along_axis(indices, order, axis=1))
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
-        """Nearest neighbours by cosine distance, with scikit-learn's semantics.
+        """Nearest neighbours by cosine distance (or by the reranker's score), with
+        scikit-learn's semantics.
 
         Parameters
         ----------
@@ -324,8 +351,12 @@ class SimilaritySearch(BaseEstimator):
         Returns
         -------
         distances : ndarray of shape (n_queries, n_neighbors)
-            Cosine distances (1 - cosine similarity), ascending. Only when
-            ``return_distance=True``.
+            Ascending; ``1 - scores`` of :meth:`search`. Without a reranker,
+            cosine distances (1 - cosine similarity, clipped to [0, 2]). With
+            a ``reranker``, 1 - its score of each (query, document) pair, not
+            clipped, and not a cosine distance: in [0, 1] for scores in
+            [0, 1] (a sigmoid activation), below 0 for scores above 1 (an
+            identity activation's logits). Only when ``return_distance=True``.
         indices : ndarray of shape (n_queries, n_neighbors)
         """
         check_is_fitted(self)
@@ -364,25 +395,35 @@ class SimilaritySearch(BaseEstimator):
 
         Each query's candidates are the fitted corpus ranked by the first
         stage (its cosine similarity to the query); a candidate is a negative
-        unless it is one of that query's positives (every document given as
-        its positive, matched by text), and if it passes the filters below.
-        The tuples feed :class:`~skbert.BertReranker` and
-        ``FineTunedVectorizer(loss="in_batch")`` alike. As
-        sentence-transformers' ``mine_hard_negatives``, whose controls these
-        are.
+        if it passes the filters below, unless its text is the query's own
+        (a query that is also a corpus document, as in symmetric data, ranks
+        first for itself at cosine 1: a false negative) or one of that
+        query's positives (every document given as its positive), and never
+        twice in a tuple (a text the corpus holds more than once is one
+        negative). Texts are compared exactly, as sentence-transformers'
+        ``mine_hard_negatives`` compares them, whose controls these are. The
+        tuples feed :class:`~skbert.BertReranker` and
+        ``FineTunedVectorizer(loss="in_batch")`` alike.
 
         Parameters
         ----------
         queries : sequence of str
-        positives : sequence of str
+        positives : sequence of str, or sequence of int
             The positive document of each query (a query with several
-            positives appears once per positive, and gets a tuple for each).
+            positives appears once per positive, and gets a tuple for each):
+            its text, or its row in the fitted corpus (all ints, from 0), whose
+            text the tuple then holds. A positive text that no corpus document
+            has exactly (a trailing period, other spacing) leaves its document
+            a candidate, which may come back as a hard negative of its own
+            query: a warning says how many positives are not in the corpus.
         n_negatives : int, default=4
             Negatives per tuple. A query with fewer eligible candidates gives
             no tuple (a warning says how many were left out).
         range_min : int, default=0
             Candidates ranked before this (from 0, the most similar) are
             skipped: the very top of a ranking holds unjudged positives.
+            Ranks count every corpus row, the query's own text and repeated
+            texts included.
         range_max : int or None, default=100
             Only candidates ranked before this are considered; None considers
             the whole corpus.
@@ -411,7 +452,7 @@ class SimilaritySearch(BaseEstimator):
             raise ValueError("mine_negatives reads the corpus texts: fit the search on texts "
                              "(with a vectorizer).")
         queries = self._query_texts(queries)
-        positives = self._query_texts(positives, "positives")
+        positives = self._positive_texts(positives)
         if len(queries) != len(positives) or not queries:
             raise ValueError(f"mine_negatives got {len(queries)} queries and {len(positives)} "
                              "positives: give one positive per query, at least one.")
@@ -425,9 +466,18 @@ class SimilaritySearch(BaseEstimator):
                              f"range_min + n_negatives ({range_min + n_negatives}).")
         if sampling not in ("top", "random"):
             raise ValueError(f"sampling={sampling!r} must be 'top' or 'random'.")
-        own = {}  # query -> the texts of all its positives
+        corpus = set(self._texts)
+        n_missing = sum(positive not in corpus for positive in positives)
+        if n_missing:
+            warn_at_caller(
+                f"{n_missing} of {len(positives)} positives are not in the fitted corpus "
+                "(matched by exact text): a corpus document that differs from its positive "
+                "only slightly (a trailing period, other spacing) is not known as the "
+                "positive, and may come back as a hard negative of its own query. Give the "
+                "positives as corpus indices, or as their exact corpus texts.")
+        own = {}  # query -> the texts that are never its negatives: its own, its positives'
         for query, positive in zip(queries, positives):
-            own.setdefault(query, set()).add(positive)
+            own.setdefault(query, {query}).add(positive)
         distinct = list(own)
         stop = self.n_samples_fit_ if range_max is None else min(range_max, self.n_samples_fit_)
         encoded = self._encode(distinct)
@@ -443,9 +493,12 @@ class SimilaritySearch(BaseEstimator):
         rng = check_random_state(random_state)
         tuples, n_short = [], 0
         for query, positive, bound in zip(queries, positives, bounds):
-            row = row_of[query]
-            eligible = [j for score, j in zip(scores[row, range_min:], indices[row, range_min:])
-                        if score <= bound and self._texts[j] not in own[query]]
+            row, taken = row_of[query], set(own[query])
+            eligible = []
+            for score, j in zip(scores[row, range_min:], indices[row, range_min:]):
+                if score <= bound and self._texts[j] not in taken:
+                    eligible.append(j)
+                    taken.add(self._texts[j])  # a text the corpus repeats is one negative
             if len(eligible) < n_negatives:
                 n_short += 1
                 continue

@@ -15,6 +15,7 @@ is the mean of its tokens' rows: one sparse bag of tokens
 import json
 import numbers
 import os
+import pickle
 import re
 from pathlib import Path
 
@@ -25,8 +26,9 @@ from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
+from skbert._encoder import _files
 from skbert._encoder._encoding import _encodable
-from skbert._search import _fitted, _unfrozen
+from skbert._search import _fitted, _is_fitted, _unfrozen
 from skbert._tuned import FineTunedVectorizer
 from skbert._validation import check_texts
 from skbert._vectorizer import BertVectorizer
@@ -114,11 +116,22 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         encoder, tokenizer and setting (layer, ``layer_combine``, pooling,
         ``include_special_tokens``, prompt, ``truncate_dim``) give the token
         vectors; its ``transform`` gives the targets of ``fit(texts)``. None
-        means ``BertVectorizer()``. The vocabulary's forward passes go
-        through its cache where their records all fit (2.7 GB for
-        all-MiniLM-L6-v2, over the default 2 GiB in memory): raise the budget
-        with :func:`skbert.set_cache_limit`, or give the teacher a cache
-        directory, so that a grid over its settings forwards them once.
+        means ``BertVectorizer()``. The teacher's cache keeps each token's
+        states (its hidden states at ``[CLS] token [SEP]``, every layer, and
+        the pooler output), so that a grid over its layer, ``layer_combine``
+        or pooling, or over ``n_components``, ``sif_coefficient`` or
+        ``alpha``, forwards the vocabulary once: 33.8 KB a token for
+        all-MiniLM-L6-v2 (7 x 3 x 384 values and 384), 1.0 GB for its 29,523
+        tokens, within half of the default 2 GiB in memory, which is what they
+        may take (the rest stays for cached texts). BERT-base's 122.9 KB a
+        token (3.6 GB) do not: then only the layers read are kept (284 MB a
+        layer), so that a grid over anything but the layer forwards them once;
+        a budget of 8 GiB (:func:`skbert.set_cache_limit`) or a cache
+        directory keeps every layer. A teacher that ``fit`` clones (a
+        BertVectorizer) is pickled as its parameters; one used as it is (a
+        FrozenEstimator, a fitted FineTunedVectorizer) as it pickles itself
+        (with its weights, unless its ``persist_weights=False``), loaded on
+        first use, so that the pickle still transforms without torch.
     n_components : int or None, default=256
         Columns of the table: PCA of the token vectors to this many (centered,
         not whitened). None keeps the teacher's width (no PCA).
@@ -199,21 +212,33 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         -------
         self : StaticVectorizer
             The fitted vectorizer.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is given and empty, or none of its texts has a token
+            that counts: refused before the vocabulary's forward passes.
         """
         texts = None if X is None else _single_texts(X)
+        if texts is not None and not texts:
+            raise ValueError("StaticVectorizer.fit got an empty X: give the texts to learn "
+                             "the table from, or X=None (fit()) to distill it only.")
         teacher, encoder = self._teacher(texts)
         tokenizer = _static_tokenizer(encoder.tokenizer_)
         counted = _counted(encoder.tokenizer_)
         ids = np.flatnonzero(counted)
         # Checked before the vocabulary's forward passes, which take the time.
         n_components = self._checked_components((len(ids), encoder._width()))
+        bags = None if texts is None else _checked_bags(tokenizer, texts, counted)
         vectors = encoder._token_features(ids).astype(np.float64)
         if n_components is None:
             components, reduced = None, vectors
         else:
             from sklearn.decomposition import PCA
 
-            pca = PCA(n_components, svd_solver="full").fit(vectors)
+            # The eigenvectors of the covariance: for ~30,000 tokens of a few hundred
+            # features, 0.6 s of CPU against 8.5 for the full SVD (a grid point's most).
+            pca = PCA(n_components, svd_solver="covariance_eigh").fit(vectors)
             components, reduced = pca.components_.T, pca.transform(vectors)
         if self.sif_coefficient is not None:
             weights = sif_weights(zipf_probabilities(len(ids)), self.sif_coefficient)
@@ -225,7 +250,6 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
             targets -= targets.mean(axis=0)
             if components is not None:
                 targets = targets @ components
-            bags = token_bags(_token_ids(tokenizer, texts), counted)
             table = learned_table(bags, table, targets, self.alpha)
         self.embeddings_ = table.astype(self.dtype)
         self.counted_ = counted
@@ -246,7 +270,28 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         X_new : ndarray of shape (n_texts, n_features), float32
         """
         check_is_fitted(self)
+        return self._encode(_single_texts(X))
+
+    def fit_transform(self, X, y=None):
+        """Fit on the texts (see :meth:`fit`), then encode them, reading ``X`` once (it may
+        be a generator).
+
+        Parameters
+        ----------
+        X : iterable of str
+            The texts to learn from and encode.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_texts, n_features), float32
+        """
         texts = _single_texts(X)
+        return self.fit(texts)._encode(texts)
+
+    def _encode(self, texts):
+        """``transform`` of checked texts."""
         if not texts:
             return np.empty((0, self.embeddings_.shape[1]), dtype=np.float32)
         bags = token_bags(_token_ids(self.tokenizer_, texts), self.counted_)
@@ -261,17 +306,42 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
     def save_model2vec(self, path):
         """Write a folder that model2vec's ``StaticModel.from_pretrained`` and
         sentence-transformers (``SentenceTransformer(path)``, a StaticEmbedding) load with
-        the same vectors (sentence-transformers counts ``[UNK]`` tokens in a text's mean,
-        as zero rows: the same direction, shorter before normalization).
+        the same vectors as :meth:`transform`, but for one difference below.
+
+        The folder holds ``model.safetensors`` (the table as ``embeddings``, in
+        ``dtype``), ``tokenizer.json``, ``config.json`` and ``modules.json``.
+        With ``dtype="float16"`` it holds per-token ``weights`` too, ones in
+        float32: sentence-transformers multiplies them in and computes in
+        float32, where in float16 its normalization divides a text of no
+        counted token (empty, emoji only) by an epsilon that rounds to zero
+        (NaN); model2vec and ``transform`` give such a text a zero row.
+
+        The one difference: literal special tokens in a text ("[SEP]", "[MASK]"
+        typed in it) count in the readers' mean as zero rows, as ``[UNK]``
+        does in sentence-transformers' (model2vec drops ``[UNK]``), where
+        ``transform`` leaves them out of the mean; the format has no way to
+        leave a token out of the count. A text's vector keeps its direction
+        and is shorter by that share: with ``norm="l2"`` the vectors are the
+        same, with ``norm=None`` "the cat [SEP] sat" is 3/4 of ``transform``'s.
 
         Parameters
         ----------
         path : str or path-like
-            The folder, created where it does not exist.
+            The folder to write: it must not exist or be empty (files are never
+            overwritten; the folder is written under a temporary name and
+            renamed into place); missing parent folders are created.
 
         Returns
         -------
         path : pathlib.Path
+
+        Raises
+        ------
+        ValueError
+            If ``norm`` is "l1" or "max" (the folder normalizes with "l2" or not
+            at all), or if the tokenizer's ids have gaps.
+        FileExistsError
+            If ``path`` is a file or a folder with files in it.
         """
         from safetensors.numpy import save_file
 
@@ -285,11 +355,9 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
                 f"A model2vec folder holds one vector per token of ids 0 to n - 1; this "
                 f"tokenizer's ids run from 0 to {len(self.embeddings_) - 1} with {n_tokens} "
                 "tokens (ids missing in between).")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({"embeddings": np.ascontiguousarray(self.embeddings_)},
-                  str(path / "model.safetensors"))
-        (path / "tokenizer.json").write_text(self.tokenizer_.to_str(), encoding="utf-8")
+        tensors = {"embeddings": np.ascontiguousarray(self.embeddings_)}
+        if self.embeddings_.dtype == np.float16:
+            tensors["weights"] = np.ones(len(self.embeddings_), dtype=np.float32)
         config = {"model_type": "model2vec", "architectures": ["StaticModel"],
                   "tokenizer_name": self.model_name_, "apply_pca": self.n_components,
                   "sif_coefficient": self.sif_coefficient,
@@ -301,8 +369,12 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         if self.norm == "l2":
             modules.append({"idx": 1, "name": "1", "path": "1_Normalize",
                             "type": "sentence_transformers.models.Normalize"})
-        for name, content in (("config.json", config), ("modules.json", modules)):
-            (path / name).write_text(json.dumps(content, indent=2), encoding="utf-8")
+        path = Path(os.fspath(path)).expanduser()
+        with _files.new_folder(path, "save_model2vec") as staging:
+            save_file(tensors, str(staging / "model.safetensors"))
+            (staging / "tokenizer.json").write_text(self.tokenizer_.to_str(), encoding="utf-8")
+            for name, content in (("config.json", config), ("modules.json", modules)):
+                (staging / name).write_text(json.dumps(content, indent=2), encoding="utf-8")
         return path
 
     def _teacher(self, texts):
@@ -332,12 +404,29 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         return self.embeddings_.shape[1]
 
     def __getstate__(self):
-        # The teacher as its parameters only: its weights stay out of the pickle, which
-        # then loads where torch is not installed.
+        # A teacher that fit clones goes as its parameters: its weights stay out of the pickle.
+        # One used as it is (a FrozenEstimator, a fitted FineTunedVectorizer) is the teacher
+        # only with its weights: it goes as its own pickle (its weights, or the reference that
+        # persist_weights=False keeps), in bytes loaded when first asked for (__getattr__), so
+        # that the pickle still loads and transforms where torch is not installed.
         state = dict(super().__getstate__())
-        if state.get("vectorizer") is not None:
-            state["vectorizer"] = clone(_unfrozen(state["vectorizer"]))
+        teacher = state.get("vectorizer")
+        if teacher is None:
+            return state
+        if not _used_fitted(teacher):
+            state["vectorizer"] = clone(teacher)
+        elif _is_fitted(_unfrozen(teacher)):
+            state["_pickled_vectorizer"] = pickle.dumps(state.pop("vectorizer"))
         return state
+
+    def __getattr__(self, name):
+        # Only where the attribute is not found: a teacher still in its pickle's bytes.
+        pickled = self.__dict__.get("_pickled_vectorizer") if name == "vectorizer" else None
+        if pickled is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.__dict__.setdefault("vectorizer", pickle.loads(pickled))
+        self.__dict__.pop("_pickled_vectorizer", None)
+        return self.__dict__["vectorizer"]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -353,6 +442,23 @@ def _single_texts(X):
     if any(isinstance(text, tuple) for text in texts):
         raise ValueError("StaticVectorizer encodes single texts; text pairs are not supported.")
     return texts
+
+
+def _checked_bags(tokenizer, texts, counted):
+    """The texts' bags of counted tokens (:func:`token_bags`); ValueError where none has one:
+    the table would have nothing to learn from."""
+    bags = token_bags(_token_ids(tokenizer, texts), counted)
+    if not bags.nnz:
+        raise ValueError(f"None of the {len(texts)} texts given to fit has a token that counts "
+                         "(special tokens, [unusedN] and texts of none count for nothing): "
+                         "give texts with words, or X=None to distill the table only.")
+    return bags
+
+
+def _used_fitted(teacher):
+    """Whether ``teacher`` is used as it is, not cloned and fitted: a FrozenEstimator, or an
+    estimator that learns from other data than the texts (a FineTunedVectorizer)."""
+    return _unfrozen(teacher) is not teacher or getattr(teacher, "_used_fitted", False)
 
 
 def _static_tokenizer(tokenizer):

@@ -213,6 +213,8 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         ``vectorizer`` fitted, over the tuned weights (its ``model_``).
     loss_ : str
         The loss that trained ("auto" resolved).
+    learning_rate_ : float
+        The peak learning rate ("auto" resolved).
     loss_curve_ : list of float
         Mean training loss of each epoch.
 
@@ -266,7 +268,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         "epochs": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "mini_batch_size": [Interval(Integral, 1, None, closed="left"), None],
-        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "learning_rate": _training.RATE_CONSTRAINT,
         "warmup": [Interval(Real, 0, 1, closed="both")],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
@@ -396,7 +398,8 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
                 return _losses.cached(embed, chunks, loss_of, device)
             return loss_of(torch.cat([embed(chunk) for chunk in chunks]))
 
-        rate = _training.resolved_rate(self.learning_rate, freeze, {"lora": 5e-4}, 2e-5)
+        rate, _ = _training.resolved_rates("FineTunedVectorizer", self.learning_rate,
+                                           freeze=freeze)
         recipe = _training.Recipe(
             freeze, self.epochs, self.batch_size, rate, rate,
             self.warmup, weight_decay=0.0, max_grad_norm=1.0,
@@ -414,6 +417,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         loss_curve = trained.loss_curve
         self._vectorizer, self._fitted = vectorizer, fitted
         self.loss_, self.loss_curve_ = loss, loss_curve
+        self.learning_rate_ = rate
         return self
 
     def _checked_targets(self, columns, y):
@@ -498,9 +502,13 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
     def fit_transform(self, X, y=None):
         """Fit on labelled texts, then embed them (a pipeline's first step, e.g. SetFit's).
 
+        It takes what :meth:`fit` takes, and embeds single texts only: pairs
+        and wider tuples have no one text per item to embed, and are refused
+        before any training (fit on them, then transform the texts to embed).
+
         Parameters
         ----------
-        X : sequence of str
+        X : as for :meth:`fit`
             The texts to train on and embed.
         y : array-like of shape (n_texts,)
             Their class labels.
@@ -510,7 +518,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         X_new : ndarray of shape (n_texts, n_features), float32
             Or a container, as :meth:`transform` gives it.
         """
-        columns = check_text_tuples(X, (2, 3))
+        columns = check_text_tuples(X, TUPLE_WIDTHS)
         if len(columns) > 1:
             raise ValueError(f"fit_transform embeds the texts it trains on, and X holds "
                              f"{_kind(len(columns))}: use fit(X) and transform the texts to "
@@ -523,12 +531,14 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
 
         - Pairs with scores y: Spearman's rank correlation of the pairs'
           cosines with y.
-        - ``(anchor, positive)`` pairs (or triplets) without y: MRR@10 of each
-          anchor's positives among every distinct positive (and negative) of
-          X but the anchor's own text (as BEIR ignores a document whose id is
-          the query's: pairs given both ways, ``(a, b)`` and ``(b, a)``, would
-          otherwise rank each anchor first for itself), an anchor's rows being
-          one query.
+        - ``(anchor, positive)`` pairs, or ``(anchor, positive, negative,
+          ...)`` tuples of any width :meth:`fit` takes (as
+          :meth:`skbert.SimilaritySearch.mine_negatives` gives them), without
+          y: MRR@10 of each anchor's positives among every distinct positive
+          and negative of X but the anchor's own text (as BEIR ignores a
+          document whose id is the query's: pairs given both ways, ``(a, b)``
+          and ``(b, a)``, would otherwise rank each anchor first for itself),
+          an anchor's rows being one query.
         - Texts with labels y: accuracy of the nearest class centroid
           (cosine) of each text, the centroids from the other texts of X
           (leave one out; a text whose label no other text has is wrong).
@@ -545,7 +555,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         from skbert.metrics import mrr_at_k
 
         check_is_fitted(self, "loss_")
-        columns = check_text_tuples(X, (2, 3))
+        columns = check_text_tuples(X, TUPLE_WIDTHS)
         if y is not None:
             y = column_or_1d(y, warn=True)
             if len(y) != len(columns[0]):

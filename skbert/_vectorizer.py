@@ -19,6 +19,7 @@ from skbert._encoder._features import (
     parts_for_cache,
     parts_needed,
 )
+from skbert._encoder._stores import entry_bytes
 from skbert._validation import check_texts, is_one_pass
 
 
@@ -82,9 +83,11 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         (Matryoshka models carry most of their signal in the first
         dimensions). None keeps them all.
     max_length : int or None, default=None
-        Tokens per window, special tokens included. None is the model's limit
-        or, for a sentence-transformers folder, the ``max_seq_length`` of its
-        ``sentence_bert_config.json`` (capped at that limit), as
+        Tokens per window, special tokens included, at most what the model's
+        position embeddings hold (its limit). None is the tokenizer's
+        ``model_max_length`` (the window the folder was saved with) or, for a
+        sentence-transformers folder, the ``max_seq_length`` of its
+        ``sentence_bert_config.json`` (capped at the limit), as
         sentence-transformers reads it: 256 for all-MiniLM-L6-v2, whose
         position embeddings reach 512. The folder's window applies whatever
         ``pooling`` and ``norm`` are, since it is part of the model as trained
@@ -190,7 +193,8 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         Hub revision (branch, tag or commit) to pin.
     verbose : bool or int, default=False
         Show a progress bar while transforming. On a terminal it updates live;
-        written to a file or a log, every 30 s at most.
+        written to a file or a log, every 30 s at most. NNCF's own progress
+        bars of an int8 calibration show only then.
 
     Attributes
     ----------
@@ -447,14 +451,19 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         return _st_folder.save_sentence_transformer(self, path)
 
     _check_input = staticmethod(check_texts)
+    # Whether a cache entry holds only the parts this setting reads, not a record of every
+    # part: set by BertReranker on its private vectorizer, which only ever reads the pooler.
+    _caches_what_it_reads = False
 
     def _features(self, texts, runner):
         """Features of the texts' windows, merged per text: from the cache, or from forward
         passes of the misses only.
 
         A cache entry holds the record of :func:`skbert._encoder._features.parts_for_cache`,
-        so that other settings are served from it; without the cache, the
-        forward passes compute only the parts this setting reads.
+        so that other settings are served from it; without the cache (or under an
+        in-memory budget below one such record, or for :class:`skbert.BertReranker`,
+        whose vectorizer reads the pooler alone), the forward passes compute only
+        the parts this setting reads.
         """
         windows = tokenize(self.tokenizer_, texts, self._window_length(), self.truncation,
                            self.stride, self.prompt_, self._sentence.include_prompt)
@@ -467,23 +476,21 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
     def _token_features(self, token_ids):
         """Features of each vocabulary token of ``token_ids`` alone
         (:func:`skbert._encoder._encoding.token_windows`), as ``transform`` makes them but
-        not normalized: what :class:`skbert.StaticVectorizer` distills. Cached as texts are,
-        in memory only where all the records fit the budget (:func:`skbert.set_cache_limit`)."""
+        not normalized: what :class:`skbert.StaticVectorizer` distills. Cached as each token's
+        states (:func:`skbert._encoder._cache.token_features`), not as text records."""
         check_is_fitted(self)
         self._check_fit_parameters()
         windows = token_windows(self.tokenizer_, token_ids, self.prompt_,
                                 self._sentence.include_prompt)
-        store = self._store()
-        record = Layout.of(parts_for_cache(self.n_layers_, self._has_pooler),
-                           self._config.hidden_size)
-        if store is _cache.MEMORY and len(windows) * record.width * 4 > store.max_bytes:
-            # Records that outgrow the in-memory budget would only push the user's cached
-            # texts out of it (all-MiniLM-L6-v2's vocabulary: 2.7 GB, default 2 GiB).
-            store = None
-        # Windows of a few tokens: batches of up to 1,024 (all-MiniLM-L6-v2's vocabulary in
-        # 12.5 s against 18.6 at 32); the batches' token cap bounds their memory all the same.
-        features = self._window_features(windows, self._engine.runner(self._device()), store,
-                                         max(self.batch_size, 1024))
+        keys, progress = self._window_keys(windows)
+        with progress:
+            # Windows of a few tokens: batches of up to 1,024 (all-MiniLM-L6-v2's vocabulary
+            # in 12.5 s against 18.6 at 32); the batches' token cap bounds their memory.
+            features = _cache.token_features(
+                self._store(), keys, windows,
+                self._engine.runner(self._device(), self.verbose), self.tokenizer_,
+                self._extraction(), self.n_layers_, self._has_pooler,
+                max(self.batch_size, 1024), progress)
         return np.ascontiguousarray(features[:, :self._width()])
 
     def _window_features(self, windows, runner, store, batch_size):
@@ -491,8 +498,15 @@ class BertVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transformer
         passes of the misses, ``batch_size`` windows at most at a time."""
         extraction, hidden_size = self._extraction(), self._config.hidden_size
         needed = parts_needed(extraction)
-        layouts = [Layout.of(needed if store is None else parts_for_cache(
-            self.n_layers_, self._has_pooler), hidden_size)]
+        record = Layout.of(parts_for_cache(self.n_layers_, self._has_pooler), hidden_size)
+        if store is None or self._caches_what_it_reads or (
+                store is _cache.MEMORY and entry_bytes(record.width) > store.max_bytes):
+            # Nothing stored, no later setting that reads more, or an in-memory budget below
+            # one record of every part: only the parts this setting reads are computed (a
+            # pooler-only one reads no layer), and kept where they fit as records of their own
+            # layout, whose tag keeps them apart.
+            record = Layout.of(needed, hidden_size)
+        layouts = [record]
         if not needed <= set(layouts[0].keys):  # a rarer multi-layer max: its own entry
             layouts.append(Layout.of(needed - set(layouts[0].keys), hidden_size))
         keys, progress = self._window_keys(windows)

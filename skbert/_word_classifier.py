@@ -28,9 +28,7 @@ from skbert._finetune import LinearHeadClassifier, TunedPersistence, _check_pers
 from skbert._train import _lora, _training
 from skbert._word_vectorizer import BertWordVectorizer
 
-# learning_rate="auto" by freeze, and the least optimizer steps of epochs="auto".
-_AUTO_RATES = {"all": 1e-2, "lora": 2e-3}
-_AUTO_RATE = 1e-4
+# The least optimizer steps of epochs="auto".
 _AUTO_EPOCHS, _AUTO_STEPS = 6, 300
 
 
@@ -94,18 +92,23 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         Sentences (windows) per optimizer step, and per forward pass at
         inference.
     learning_rate : float or "auto", default="auto"
-        Peak learning rate of AdamW. "auto" is 1e-4 when encoder weights
-        train, 2e-3 for LoRA's adapters (they start from zero) and 1e-2 for
-        the head alone (``freeze="all"``). On UD English EWT the usual
-        script defaults of 3 epochs at 5e-5 only matched the best frozen
-        layer of all-MiniLM-L6-v2, while 6 epochs at 1e-4 beat it
+        Peak learning rate of AdamW for the encoder's weights that train.
+        "auto" is 1e-4 when encoder weights train and 2e-3 for LoRA's
+        adapters (they start from zero). On UD English EWT the usual script
+        defaults of 3 epochs at 5e-5 only matched the best frozen layer of
+        all-MiniLM-L6-v2, while 6 epochs at 1e-4 beat it
         (``benchmarks/words_finetune.py``).
+    head_learning_rate : float or "auto", default="auto"
+        Peak learning rate of AdamW for the head. "auto" is
+        ``learning_rate``'s resolved value while encoder weights or adapters
+        train with it, and 1e-2 for the head alone (``freeze="all"``).
     warmup : float, default=0.1
         Fraction of the steps over which the learning rate rises from 0.
     max_length : int or None, default=None
-        Tokens per window, special tokens included (None: the model's
-        limit); a longer sentence is read in windows centred on its targets,
-        as BertWordVectorizer reads it.
+        Tokens per window, special tokens included (None: the tokenizer's
+        ``model_max_length``, within what the position embeddings hold); a
+        longer sentence is read in windows centred on its targets, as
+        BertWordVectorizer reads it.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes in the loss, as in
         :class:`sklearn.linear_model.LogisticRegression`.
@@ -142,8 +145,8 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         weights, or the frozen encoder with its cache (``freeze="all"``).
     epochs_ : int
         The epochs that ran ("auto" resolved).
-    learning_rate_ : float
-        The peak learning rate ("auto" resolved).
+    learning_rate_, head_learning_rate_ : float
+        The peak rates of the encoder and the head ("auto" resolved).
     loss_curve_ : list of float
         Mean training loss of each epoch.
 
@@ -180,7 +183,8 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         "lora_dropout": [Interval(Real, 0, 1, closed="left")],
         "epochs": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "learning_rate": _training.RATE_CONSTRAINT,
+        "head_learning_rate": _training.RATE_CONSTRAINT,
         "warmup": [Interval(Real, 0, 1, closed="both")],
         "max_length": [Interval(Integral, 2, None, closed="left"), None],
         "class_weight": [dict, StrOptions({"balanced"}), None],
@@ -205,6 +209,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         epochs="auto",
         batch_size=16,
         learning_rate="auto",
+        head_learning_rate="auto",
         warmup=0.1,
         max_length=None,
         class_weight=None,
@@ -225,6 +230,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         self.epochs = epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
+        self.head_learning_rate = head_learning_rate
         self.warmup = warmup
         self.max_length = max_length
         self.class_weight = class_weight
@@ -270,8 +276,9 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         reference = vectorizer._reference()  # of the base model, before the tuned one replaces it
         labels = torch.as_tensor(encoded, device=device)
         # The rows of training are windows (sentences), each with the samples it holds.
+        # With freeze="all" the vectorizer's transform below warns of words cut to a window.
         alignment = _words.align(vectorizer.tokenizer_, samples, vectorizer._window_length(),
-                                 vectorizer if freeze == "all" else None)
+                                 vectorizer if freeze == "all" else None, warn=freeze != "all")
         n_rows = len(alignment.windows)
         by_row = np.argsort(alignment.window, kind="stable")
         bounds = np.searchsorted(alignment.window[by_row], np.arange(n_rows + 1))
@@ -302,9 +309,9 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         n_batches = -(-n_rows // self.batch_size)
         epochs = self.epochs if self.epochs != "auto" else \
             max(_AUTO_EPOCHS, -(-_AUTO_STEPS // n_batches))
-        learning_rate = _training.resolved_rate(self.learning_rate, freeze, _AUTO_RATES,
-                                                _AUTO_RATE)
-        recipe = _training.Recipe(freeze, epochs, self.batch_size, learning_rate, learning_rate,
+        rates = _training.resolved_rates("BertWordClassifier", self.learning_rate,
+                                         self.head_learning_rate, freeze)
+        recipe = _training.Recipe(freeze, epochs, self.batch_size, *rates,
                                   self.warmup, weight_decay=0.01, max_grad_norm=1.0,
                                   lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))
         trained = _training.fit_network(
@@ -316,7 +323,8 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
             vectorizer.model_ = trained.model
         self._vectorizer = vectorizer
         self._fitted = _Fitted(freeze, reference, trained.lora_factors)
-        self.epochs_, self.learning_rate_ = epochs, learning_rate
+        self.epochs_ = epochs
+        self.learning_rate_, self.head_learning_rate_ = trained.rates
         self.loss_curve_ = trained.loss_curve
         self._set_head(classes, *trained.head)
         return self

@@ -40,9 +40,10 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
     norm : {"l1", "l2", "max"} or None, default=None
         Row normalization, exactly as :func:`sklearn.preprocessing.normalize`.
     max_length : int or None, default=None
-        Tokens per window, special tokens included (None: the model's
-        limit). A sentence longer than a window is read in the window of its
-        tokens centred on the target (shifted to the sentence's start or end
+        Tokens per window, special tokens included (None: the tokenizer's
+        ``model_max_length``, within what the position embeddings hold). A
+        sentence longer than a window is read in the window of its tokens
+        centred on the target (shifted to the sentence's start or end
         where centring would pass them): the target's subwords are never
         cut, and a target longer than a window alone is an error.
     batch_size : int, default=32

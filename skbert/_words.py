@@ -37,7 +37,7 @@ from skbert._encoder._encoding import (
     text_budget,
 )
 from skbert._encoder._features import merge_layers
-from skbert._validation import _items, _where
+from skbert._validation import _items, _where, warn_at_caller
 
 SUBWORD_POOLINGS = ("mean", "first", "last", "first_last", "max")
 _COLUMNS = (("words", "index"), ("text", "start", "end"))  # of a DataFrame, in sample order
@@ -194,22 +194,28 @@ def _is_int(value):
 @dataclass
 class Alignment:
     """Where each target is: ``window`` (n_targets,) its window in ``windows``, ``spans``
-    (n_targets, 2) the token positions of its subwords there (end exclusive)."""
+    (n_targets, 2) the token positions of its subwords there (end exclusive); ``truncated``
+    the warning about targets longer than a window (None: there are none)."""
 
     windows: Windows
     window: np.ndarray
     spans: np.ndarray
+    truncated: str | None = None
 
 
 # owner -> its last (tokenizer, samples, max_length, alignment); weak: it goes with the owner.
 _ALIGNED = weakref.WeakKeyDictionary()
 
 
-def align(tokenizer, samples, max_length, owner=None):
+def align(tokenizer, samples, max_length, owner=None, warn=True):
     """Tokenize each distinct sentence of ``samples`` once and place every target in a window
     of at most ``max_length`` tokens: the whole sentence where it fits, else the window of
     the sentence's tokens centred on the target (moved to hold the sentence's start or end
     where it would pass them), which never cuts the target's subwords.
+
+    A target longer than a window by itself (a long URL) keeps its first subwords, as
+    many as fit, and the call warns once (``warn``) with how many were cut: the one
+    rule of :class:`skbert.BertWordVectorizer` and :class:`skbert.BertWordClassifier`.
 
     With an ``owner`` (the estimator that aligns, where it caches), its last
     alignment is kept while it lives, and returned again for the same
@@ -223,6 +229,8 @@ def align(tokenizer, samples, max_length, owner=None):
         alignment = _align(tokenizer, samples, max_length)
     if owner is not None:
         _ALIGNED[owner] = (tokenizer, samples, max_length, alignment)
+    if warn and alignment.truncated is not None:
+        warn_at_caller(alignment.truncated)
     return alignment
 
 
@@ -253,11 +261,15 @@ def _align(tokenizer, samples, max_length):
 
     budget = text_budget(tokenizer, max_length)
     too_long = np.flatnonzero(stop - first > budget)
+    truncated = None
     if len(too_long):
         row = too_long[0]
-        raise ValueError(f"{name(row)}: its target takes "
-                         f"{stop[row] - first[row]} tokens, more than the {budget} text tokens "
-                         f"of a window of max_length={max_length}.")
+        truncated = (f"{len(too_long)} target word(s) take more than the {budget} text tokens "
+                     f"of a window of max_length={max_length} (the first is the "
+                     f"{_where('sample', row, labels)}, of {stop[row] - first[row]} tokens) "
+                     f"and are read from their first {budget} subwords.")
+        # The first subword, which a token-classification head reads, is always kept.
+        stop = np.minimum(stop, first + budget)
     n_tokens = np.array([len(row) for row in ids], dtype=np.int64)[sentence]
     start = np.where(n_tokens <= budget, 0,
                      np.clip((first + stop - budget) // 2, 0, np.maximum(n_tokens - budget, 0)))
@@ -274,7 +286,7 @@ def _align(tokenizer, samples, max_length):
         special.append(mask)
     spans = np.stack([first - start, stop - start], axis=1) + len(prefix)
     return Alignment(Windows(input_ids, special, None, np.arange(len(input_ids))),
-                     window.ravel(), spans)
+                     window.ravel(), spans, truncated)
 
 
 def _encodings(tokenizer, sentences, split_into_words):

@@ -19,7 +19,8 @@ from sklearn.pipeline import Pipeline
 
 import skbert
 from skbert import BertVectorizer
-from skbert._encoder import _cache, _keys, _stores
+from skbert._encoder import _cache, _encoding, _keys, _stores
+from skbert._encoder._features import Layout, parts_for_cache
 
 
 @pytest.fixture(autouse=True)
@@ -209,6 +210,46 @@ def test_a_call_larger_than_the_budget_keeps_what_fits_and_warns(budget_of_three
         again = vectorizer.transform(texts)  # misses batched otherwise: rounding may differ
     np.testing.assert_allclose(again, expected, rtol=0, atol=1e-6)
     assert counter["rows"] == before + len(texts) - 3  # no thrashing: three still hit
+
+
+def test_a_budget_below_one_record_keeps_what_a_setting_reads(counted, texts, monkeypatch):
+    """Where the in-memory budget cannot hold one record of every part, a pooler-only setting
+    computes no layer's means, maxima or [CLS] (as with cache=False), and keeps its pooler
+    records under their own layout, which a setting that reads means never takes."""
+    vectorizer, counter = counted
+    texts = texts[:5]
+    layouts, compute = [], _encoding.compute_parts
+
+    def spied(*args, **kwargs):
+        layouts.append(args[4])
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(_encoding, "compute_parts", spied)
+    expected = {pooling: vectorizer.set_params(pooling=pooling, cache=False).transform(texts)
+                for pooling in ("pooler", "mean")}
+    assert layouts[0].keys == (("pooler",),)
+    hidden_size = vectorizer._config.hidden_size
+    record = Layout.of(parts_for_cache(vectorizer.n_layers_, True), hidden_size)
+    budget = _stores.entry_bytes(record.width) - 1
+    assert len(texts) * _stores.entry_bytes(hidden_size) <= budget  # the pooler records fit
+    skbert.clear_cache()
+    previous = skbert.set_cache_limit(budget)
+    try:
+        layouts.clear()
+        vectorizer.set_params(pooling="pooler", cache=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # they fit: no "cache is full"
+            np.testing.assert_array_equal(vectorizer.transform(texts), expected["pooler"])
+            assert [layout.keys for layout in layouts] == [(("pooler",),)]
+            before = counter["rows"]
+            np.testing.assert_array_equal(vectorizer.transform(texts), expected["pooler"])
+            assert counter["rows"] == before  # served by the cache
+            means = vectorizer.set_params(pooling="mean").transform(texts)
+        np.testing.assert_allclose(means, expected["mean"], rtol=0, atol=1e-6)
+        assert counter["rows"] == before + len(texts)  # not from the pooler records
+    finally:
+        skbert.set_cache_limit(previous)
+        skbert.clear_cache()
 
 
 def forward_rows_in_a_new_process(model_dir, cache, texts, out):

@@ -200,7 +200,8 @@ FIRST_CONVERSION = """
 import sys, warnings
 from skbert import BertVectorizer
 
-vectorizer = BertVectorizer(sys.argv[1], backend=sys.argv[2], cache=False).fit()
+backend, dtype = sys.argv[2].split("-")
+vectorizer = BertVectorizer(sys.argv[1], backend=backend, dtype=dtype, cache=False).fit()
 warnings.simplefilter("always")
 print("converting", file=sys.stderr, flush=True)
 vectorizer.transform(["the cat sat on the mat", "a dog"])
@@ -208,20 +209,55 @@ vectorizer.transform(["the cat sat on the mat", "a dog"])
 
 
 @pytest.mark.parametrize("ci", ["", "true"], ids=["no CI", "CI=true"])
-@pytest.mark.parametrize("backend", ["openvino", "onnx"])
-def test_a_first_conversion_prints_nothing(tiny_model_dir, tmp_path, monkeypatch, backend, ci):
+@pytest.mark.parametrize("engine", ["openvino-float32", "openvino-int8", "onnx-float32"])
+def test_a_first_conversion_prints_nothing(tiny_model_dir, tmp_path, monkeypatch, engine, ci):
     """Not the tracer's warnings (the check at every length answers them), not the
-    deprecations that tracing meets, not a log record: nothing on either stream. With ``CI``
-    set transformers' loggers propagate to the root logger, where OpenVINO's conversion adds
-    a handler of its own while it runs."""
+    deprecations that tracing meets, not a log record, not NNCF's progress bars of an int8
+    calibration: nothing on either stream. With ``CI`` set transformers' loggers propagate
+    to the root logger, where OpenVINO's conversion adds a handler of its own while it
+    runs."""
+    if engine.endswith("int8"):
+        pytest.importorskip("nncf")
     monkeypatch.setenv("SKBERT_EXPORT_DIR", str(tmp_path / "exports"))
     monkeypatch.setenv("CI", ci)
-    done = subprocess.run([sys.executable, "-c", FIRST_CONVERSION, tiny_model_dir, backend],
+    done = subprocess.run([sys.executable, "-c", FIRST_CONVERSION, tiny_model_dir, engine],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.split("converting\n", 1)[1] == "", done.stderr
     assert done.stdout == ""
     assert list((tmp_path / "exports").glob("*/manifest.json"))  # it did convert
+
+
+def test_int8_progress_bars_show_with_verbose_or_in_other_threads(tiny_model_dir, texts,
+                                                                  monkeypatch, nothing_converted,
+                                                                  capsys):
+    """A quiet calibration hides NNCF's bars in its own thread only, and puts NNCF's classes
+    back afterwards; ``verbose=True`` shows them."""
+    nncf = pytest.importorskip("nncf")
+    from nncf.common.logging import track_progress
+
+    classes, quantize = (track_progress.Progress, track_progress.WeightedProgress), nncf.quantize
+
+    def bar_in_another_thread(*args, **kwargs):
+        def bar():
+            for _ in track_progress.track(range(2), description="another thread's bar"):
+                pass
+
+        other = threading.Thread(target=bar)
+        other.start()
+        other.join(60)
+        return quantize(*args, **kwargs)
+
+    monkeypatch.setattr(nncf, "quantize", bar_in_another_thread)
+    shown = {}
+    for verbose, layer in [(False, 1), (True, 2)]:  # two depths: two conversions
+        BertVectorizer(tiny_model_dir, backend="openvino", dtype="int8", layer=layer,
+                       cache=False, verbose=verbose).fit().transform(texts)
+        shown[verbose] = capsys.readouterr().out
+        assert (track_progress.Progress, track_progress.WeightedProgress) == classes
+    assert "another thread's bar" in shown[False]
+    assert "Statistics collection" not in shown[False]
+    assert "Statistics collection" in shown[True]
 
 
 TRACER_TEXT = ("Converting a tensor to a Python boolean might cause the trace to be incorrect. "

@@ -9,7 +9,9 @@ import tempfile
 import pytest
 
 from skbert._encoder import _files
-from skbert._encoder._files import atomic_file, staged_directory
+from skbert._encoder._files import atomic_file, follow_umask, staged_directory
+from tests.test_reranker import TUPLES
+from tests.test_static import gapless_model_dir  # noqa: F401 (a fixture)
 
 NOBODY = 65534
 
@@ -126,6 +128,48 @@ def test_a_file_in_place_of_the_target_is_the_error(tmp_path):
         with staged_directory(tmp_path / "export") as staging:
             (staging.path / "model.onnx").write_bytes(b"graph")
     assert os.listdir(tmp_path) == ["export"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002], ids=["umask 022", "umask 002"])
+def test_files_written_0600_by_a_library_follow_the_umask(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        with staged_directory(tmp_path / "folder") as staging:
+            for name in ["model.safetensors", "config.json"]:
+                os.close(os.open(staging.path / name, os.O_WRONLY | os.O_CREAT, 0o600))
+        alone = tmp_path / "alone.bin"
+        os.close(os.open(alone, os.O_WRONLY | os.O_CREAT, 0o600))
+        follow_umask([alone])
+    finally:
+        os.umask(previous)
+    assert {path.name: mode(path) for path in (tmp_path / "folder").iterdir()} == {
+        "model.safetensors": 0o666 & ~umask, "config.json": 0o666 & ~umask}
+    assert mode(alone) == 0o666 & ~umask
+    assert sorted(os.listdir(tmp_path)) == ["alone.bin", "folder"]  # no probe left
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002], ids=["umask 022", "umask 002"])
+def test_saved_model_folders_follow_the_umask(tiny_model_dir, gapless_model_dir,  # noqa: F811
+                                              tmp_path, umask):
+    """safetensors writes the weights through a temporary file of mode 0o600; every file of
+    the folders that skbert saves gets the umask's mode, the weights included."""
+    from skbert import BertReranker, BertVectorizer, StaticVectorizer
+
+    vectorizer = BertVectorizer(tiny_model_dir).fit()
+    reranker = BertReranker(tiny_model_dir, freeze="all", epochs=1, random_state=0).fit(TUPLES)
+    static = StaticVectorizer(BertVectorizer(gapless_model_dir, pooling="mean"),
+                              n_components=8).fit()
+    previous = os.umask(umask)
+    try:
+        folders = [vectorizer.save_sentence_transformer(tmp_path / "st"),
+                   reranker.save_cross_encoder(tmp_path / "cross-encoder"),
+                   static.save_model2vec(tmp_path / "model2vec")]
+    finally:
+        os.umask(previous)
+    for folder in folders:
+        modes = {path.name: mode(path) for path in folder.rglob("*") if path.is_file()}
+        assert "model.safetensors" in modes
+        assert modes == dict.fromkeys(modes, 0o666 & ~umask), folder
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

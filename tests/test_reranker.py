@@ -127,6 +127,75 @@ def test_bce_on_tuples_is_bce_on_their_labelled_pairs(tiny_model_dir):
     np.testing.assert_allclose(on_tuples.predict(PAIRS), on_pairs.predict(PAIRS), atol=1e-6)
 
 
+@pytest.fixture(scope="module")
+def still_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model without dropout (the head's too): a batch trains alike in one forward
+    pass and in mini-batches."""
+    from transformers import AutoTokenizer, BertModel
+
+    directory = tmp_path_factory.mktemp("still-bert")
+    BertModel.from_pretrained(tiny_model_dir, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(directory)
+    return str(directory)
+
+
+def _recorded(monkeypatch):
+    """Record each step's gradients (before clipping) and the pairs of each forward pass."""
+    import torch
+
+    from skbert._train import _training
+
+    recorded = {"gradients": [], "pairs": []}
+    clip, pooled = torch.nn.utils.clip_grad_norm_, _training.pooled
+
+    def clip_recording(parameters, *args, **kwargs):
+        parameters = list(parameters)
+        recorded["gradients"].append([p.grad.clone() for p in parameters if p.grad is not None])
+        return clip(parameters, *args, **kwargs)
+
+    def pooled_recording(encoder, inputs, *args):
+        recorded["pairs"].append(len(inputs["input_ids"]))
+        return pooled(encoder, inputs, *args)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_recording)
+    monkeypatch.setattr(_training, "pooled", pooled_recording)
+    return recorded
+
+
+@pytest.mark.parametrize("loss, batch_size, n_pairs", [("listwise", 2, 6), ("bce", 8, 8)])
+def test_mini_batches_train_as_the_whole_batch(still_dir, monkeypatch, loss, batch_size,
+                                               n_pairs):
+    import torch
+
+    params = dict(loss=loss, epochs=2, batch_size=batch_size, learning_rate=1e-3,
+                  random_state=0)
+    recorded = _recorded(monkeypatch)
+    whole = BertReranker(still_dir, mini_batch_size=None, **params).fit(TUPLES)
+    expected, recorded["gradients"] = recorded["gradients"], []
+    assert max(recorded["pairs"]) == n_pairs
+    recorded["pairs"] = []
+    # 5 pairs a forward pass: a listwise tuple's 3 pairs are split between chunks.
+    chunked = BertReranker(still_dir, mini_batch_size=5, **params).fit(TUPLES)
+    assert max(recorded["pairs"]) == 5
+    assert len(recorded["gradients"]) == len(expected) == 4
+    # The first step's gradients, from the same weights (AdamW's later steps are compared
+    # through the weights they reach).
+    step, gradients = expected[0], recorded["gradients"][0]
+    assert len(gradients) == len(step) > 10
+    largest = max(float(gradient.abs().max()) for gradient in step)
+    for found, wanted in zip(gradients, step):
+        torch.testing.assert_close(found, wanted, atol=1e-4 * largest, rtol=1e-4)
+    np.testing.assert_allclose(chunked.loss_curve_, whole.loss_curve_, atol=1e-6)
+    np.testing.assert_allclose(chunked.coef_, whole.coef_, atol=1e-6)
+    # The listwise loss does not move the head's bias (a shift of every score): its gradient
+    # is float noise, which AdamW's normalized steps turn into steps of learning_rate.
+    np.testing.assert_allclose(chunked.decision_function(PAIRS) - chunked.intercept_,
+                               whole.decision_function(PAIRS) - whole.intercept_, atol=1e-5)
+    if loss == "bce":
+        np.testing.assert_allclose(chunked.predict(PAIRS), whole.predict(PAIRS), atol=1e-6)
+
+
 def test_fine_tuning_a_cross_encoder_starts_from_its_head(cross_encoder_dir):
     start = BertReranker(cross_encoder_dir).fit()
     # A learning rate too small to move anything: the head it starts from is the folder's.
@@ -150,7 +219,7 @@ def test_save_cross_encoder_round_trips(tiny_model_dir, tmp_path, freeze):
     st = pytest.importorskip("sentence_transformers")
     np.testing.assert_allclose(st.CrossEncoder(str(folder), device="cpu").predict(PAIRS),
                                expected, atol=1e-5)
-    with pytest.raises(FileExistsError, match="not empty"):
+    with pytest.raises(FileExistsError, match="not empty; save_cross_encoder writes"):
         reranker.save_cross_encoder(folder)
 
 
@@ -160,6 +229,44 @@ def test_a_sentence_transformers_folder_reads_back(cross_encoder_dir, tmp_path):
     model.save(str(tmp_path / "st"))
     np.testing.assert_allclose(BertReranker(tmp_path / "st").fit().predict(PAIRS),
                                model.predict(PAIRS), atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def wide_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny BERT with 512 positions, as BERT-base has."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    directory = tmp_path_factory.mktemp("wide-bert")
+    AutoTokenizer.from_pretrained(tiny_model_dir, model_max_length=512).save_pretrained(
+        directory)
+    torch.manual_seed(0)
+    config = BertConfig.from_pretrained(tiny_model_dir, max_position_embeddings=512)
+    BertModel(config).eval().save_pretrained(directory)
+    return str(directory)
+
+
+def test_a_folder_saved_at_128_tokens_reads_at_320(wide_model_dir, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    reranker = BertReranker(wide_model_dir, max_length=128, freeze="all", random_state=0)
+    reranker.fit(TUPLES).coef_ *= 100  # scores that spread, not all near 0.5
+    folder = reranker.save_cross_encoder(tmp_path / "at-128")
+    long_pairs = [("the cat sat", " ".join(["a cat sat on the mat by the river"] * 30)),
+                  *PAIRS]
+    # The tokenizer's model_max_length (128) is the default window; the limit is the 512
+    # positions, as sentence-transformers' CrossEncoder reads the folder.
+    default = BertReranker(folder).fit()
+    assert default._vectorizer._window_length() == 128
+    np.testing.assert_allclose(default.predict(long_pairs),
+                               st.CrossEncoder(str(folder), device="cpu").predict(long_pairs),
+                               atol=1e-5)
+    wider = BertReranker(folder, max_length=320).fit()
+    assert wider._vectorizer._window_length() == 320
+    expected = st.CrossEncoder(str(folder), max_length=320, device="cpu").predict(long_pairs)
+    np.testing.assert_allclose(wider.predict(long_pairs), expected, atol=1e-5)
+    assert abs(wider.predict(long_pairs)[0] - default.predict(long_pairs)[0]) > 1e-4
+    with pytest.raises(ValueError, match="max_length=513 exceeds the model's limit of 512"):
+        BertReranker(folder, max_length=513).fit()
 
 
 def test_lora_reranker_pickles_light_and_saves(tiny_model_dir, tmp_path):
@@ -184,6 +291,61 @@ def test_pickles(cross_encoder_dir, tiny_model_dir):
         BertReranker(tiny_model_dir, persist_weights=False).fit(TUPLES)
 
 
+def test_a_reranker_computes_and_caches_the_pooler_alone(cross_encoder_dir, monkeypatch):
+    """A freeze="all" reranker (the only one the OpenVINO and int8 engines run) computes and
+    caches its vectorizer's pooler output alone, never the means, maxima and [CLS] of every
+    layer that no setting of it reads, under a layout a user's vectorizer never takes."""
+    import copy
+
+    import skbert
+    from skbert._encoder import _encoding
+    from skbert._encoder._features import Layout, parts_for_cache
+    from tests.conftest import count_forward_rows
+
+    layouts, compute = [], _encoding.compute_parts
+
+    def spied(*args, **kwargs):
+        layouts.append(args[4].keys)
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(_encoding, "compute_parts", spied)
+    skbert.clear_cache()
+    try:
+        reranker = BertReranker(cross_encoder_dir, persist_weights=False).fit()
+        vectorizer = reranker._vectorizer
+        vectorizer.model_ = copy.deepcopy(vectorizer.model_)  # private: hooks do not leak
+        counter = count_forward_rows(vectorizer)
+        scores = reranker.predict(PAIRS)
+        assert layouts and set(layouts) == {(("pooler",),)}  # no layer's parts
+        assert counter["rows"] == len(PAIRS)
+        layouts.clear()
+        np.testing.assert_array_equal(reranker.predict(PAIRS), scores)
+        assert counter["rows"] == len(PAIRS) and not layouts  # served by the cache
+        # A light pickle keeps a clone of the vectorizer: it still reads the pooler records.
+        np.testing.assert_array_equal(pickle.loads(pickle.dumps(reranker)).predict(PAIRS),
+                                      scores)
+        assert not layouts
+
+        # A user's pooler vectorizer stores full records, which a later mean setting reads.
+        user = BertVectorizer(cross_encoder_dir, pooling="pooler", prompt="").fit()
+        user.model_ = copy.deepcopy(user.model_)
+        assert user._loaded.fingerprint == vectorizer._loaded.fingerprint  # the same keys
+        user_counter = count_forward_rows(user)
+        full = user.transform(PAIRS)
+        assert user_counter["rows"] == len(PAIRS)  # not served by the reranker's records
+        record = Layout.of(parts_for_cache(user.n_layers_, True), user._config.hidden_size)
+        assert set(layouts) == {record.keys}
+        logits = (full.astype(np.float64) @ reranker.coef_.T + reranker.intercept_)[:, 0]
+        np.testing.assert_allclose(scores, 1 / (1 + np.exp(-logits)), rtol=0, atol=1e-6)
+        means = user.set_params(pooling="mean").transform(PAIRS)
+        assert user_counter["rows"] == len(PAIRS)  # served by the full records
+        expected = BertVectorizer(cross_encoder_dir, pooling="mean", prompt="",
+                                  cache=False).fit().transform(PAIRS)
+        np.testing.assert_allclose(means, expected, rtol=0, atol=1e-6)
+    finally:
+        skbert.clear_cache()
+
+
 def test_rank(cross_encoder_dir):
     reranker = BertReranker(cross_encoder_dir).fit()
     documents = [d for _, d in PAIRS]
@@ -206,9 +368,9 @@ def test_score_is_mean_ndcg_at_10_over_queries(cross_encoder_dir):
     assert reranker.score(pairs, y) == pytest.approx(ndcg_at_k(qrels, run, k=10))
 
 
-def test_grid_over_loss_and_learning_rate(tiny_model_dir):
+def test_grid_over_loss_and_head_learning_rate(tiny_model_dir):
     grid = GridSearchCV(BertReranker(tiny_model_dir, freeze="all", epochs=3, random_state=0),
-                        {"loss": ["bce", "listwise"], "learning_rate": [1e-5, 1e-2]}, cv=2)
+                        {"loss": ["bce", "listwise"], "head_learning_rate": [1e-5, 1e-2]}, cv=2)
     grid.fit(TUPLES)
     assert len(grid.cv_results_["mean_test_score"]) == 4
     assert np.isfinite(grid.cv_results_["mean_test_score"]).all()

@@ -1,10 +1,13 @@
 """SimilaritySearch against sklearn's brute-force NearestNeighbors; PairSimilarity for STS."""
 
+import warnings
+
 import joblib
 import numpy as np
 import pandas as pd
 import pytest
 from scipy.stats import spearmanr
+from sklearn.base import BaseEstimator
 from sklearn.decomposition import PCA
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, TunedThresholdClassifierCV
@@ -241,6 +244,85 @@ def test_queries_and_documents_encoded_by_their_own_vectorizers(tiny_model_dir, 
     with pytest.raises(ValueError, match="query vectorizer's vectors have 8 features, the "
                                          "corpus has 32"):
         narrow.fit(texts).search(texts[:1], k=2)
+
+
+# --- Mining hard negatives, and reranked distances ----------------------------------------
+
+DOCUMENTS = ["a cat sat on the mat", "the dog runs fast", "the river is long", "a big red house",
+             "what is the time", "people run fast", "the small blue car", "a good movie",
+             "the film was awful", "a long river in the city"]
+
+
+def test_a_query_in_the_corpus_is_never_its_own_negative(tiny_model_dir):
+    search = SimilaritySearch(BertVectorizer(tiny_model_dir)).fit(DOCUMENTS)
+    # Symmetric data: each query is a corpus document, ranked first for itself at cosine 1.
+    queries, positives = DOCUMENTS[:4], DOCUMENTS[4:8]
+    ranked = search.search(queries, k=len(DOCUMENTS))[1]
+    np.testing.assert_array_equal(ranked[:, 0], np.arange(4))
+    tuples = search.mine_negatives(queries, positives, n_negatives=3)
+    assert [t[:2] for t in tuples] == list(zip(queries, positives))
+    for row, (query, positive, *negatives) in zip(ranked, tuples):
+        assert negatives == [DOCUMENTS[j] for j in row
+                             if DOCUMENTS[j] not in (query, positive)][:3]
+
+
+@pytest.mark.parametrize("sampling", ["top", "random"])
+def test_a_document_comes_once_in_a_tuple_however_often_the_corpus_holds_it(tiny_model_dir,
+                                                                              sampling):
+    search = SimilaritySearch(BertVectorizer(tiny_model_dir)).fit(DOCUMENTS + DOCUMENTS[2:5])
+    tuples = search.mine_negatives(["the cat sat"], [DOCUMENTS[0]], len(DOCUMENTS) - 1,
+                                   range_max=None, sampling=sampling, random_state=0)
+    assert sorted(tuples[0][2:]) == sorted(DOCUMENTS[1:])
+
+
+def test_positives_match_by_exact_text_or_by_corpus_index(tiny_model_dir):
+    corpus = DOCUMENTS + [DOCUMENTS[0]]  # the first query's positive twice
+    search = SimilaritySearch(BertVectorizer(tiny_model_dir)).fit(corpus)
+    queries = ["the cat sat", "a river"]
+    # A trailing period: the positive is not the corpus's text, so its document is not known
+    # as the positive.
+    with pytest.warns(UserWarning, match=r"1 of 2 positives are not in the fitted corpus"):
+        search.mine_negatives(queries, ["a cat sat on the mat.", DOCUMENTS[9]], 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        by_text = search.mine_negatives(queries, [DOCUMENTS[0], DOCUMENTS[9]], 3,
+                                        range_max=None)
+    by_index = search.mine_negatives(queries, [0, 9], 3, range_max=None)
+    assert by_index == by_text
+    assert by_index == search.mine_negatives(queries, np.array([10, 9]), 3, range_max=None)
+    assert by_index[0][1] == DOCUMENTS[0] and DOCUMENTS[0] not in by_index[0][2:]
+    with pytest.raises(ValueError, match=r"positives\[1\]=11 is not a corpus index: they go "
+                                         r"from 0 to 10"):
+        search.mine_negatives(queries, [0, 11], 3)
+    with pytest.raises(ValueError, match=r"positives\[0\]=-1 is not a corpus index"):
+        search.mine_negatives(queries, [-1, 2], 3)
+    with pytest.raises(ValueError, match=r"all texts or all corpus indices.*index 1 is str"):
+        search.mine_negatives(queries, [0, "a river"], 3)
+
+
+class _WordCountReranker(BaseEstimator):
+    """A stand-in cross-encoder whose scores are not bounded, as an identity activation's
+    logits are not: a pair scores its document's number of words."""
+
+    def fit(self, X=None, y=None):
+        self.fitted_ = True
+        return self
+
+    def predict(self, pairs):
+        return np.array([len(document.split()) for _, document in pairs], dtype=np.float64)
+
+
+def test_reranked_distances_are_one_less_the_rerankers_scores(tiny_model_dir):
+    reranker = _WordCountReranker().fit()
+    search = SimilaritySearch(BertVectorizer(tiny_model_dir), reranker=reranker,
+                              rerank_k=len(DOCUMENTS)).fit(DOCUMENTS)
+    scores, indices = search.search(["the cat sat"], k=4)
+    expected = reranker.predict([("the cat sat", DOCUMENTS[j]) for j in indices[0]])
+    np.testing.assert_array_equal(scores[0], expected)  # the reranker's own scores
+    distances, neighbours = search.kneighbors(["the cat sat"], n_neighbors=4)
+    np.testing.assert_array_equal(neighbours, indices)
+    np.testing.assert_array_equal(distances, 1 - scores)  # not cosine distances, not clipped
+    assert (distances < 0).all() and (np.diff(distances, axis=1) >= 0).all()
 
 
 # --- PairSimilarity ----------------------------------------------------------------------------

@@ -344,6 +344,25 @@ def test_the_window_read_is_the_window_written(short_window_dir, tiny_model_dir,
     assert BertVectorizer(folder).fit()._window_length() == 12
 
 
+def test_a_folder_saved_at_a_short_window_reads_at_a_longer_one(tiny_model_dir, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    # Written with max_seq_length 16 and the tokenizer's model_max_length 16; the positions
+    # hold 64, and sentence-transformers reads the folder at any window up to them.
+    folder = BertVectorizer(tiny_model_dir, max_length=16).fit().save_sentence_transformer(
+        tmp_path / "sixteen")
+    assert read_json(folder, "tokenizer_config.json")["model_max_length"] == 16
+    texts = [LONG, "the cat"]
+    assert BertVectorizer(folder).fit()._window_length() == 16
+    wider = BertVectorizer(folder, pooling="auto", norm="auto", max_length=48).fit()
+    assert wider._window_length() == 48
+    model = SentenceTransformer(str(folder), device="cpu")
+    model.max_seq_length = 48
+    np.testing.assert_allclose(wider.transform(texts), model.encode(texts), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="max_length=65 exceeds the model's limit of 64"):
+        BertVectorizer(folder, max_length=65).fit()._window_length()
+
+
 @pytest.mark.parametrize("config, window", [
     ('{"max_seq_length": null}', 64),  # as sentence-transformers: the model's limit
     ('{"do_lower_case": false}', 64),

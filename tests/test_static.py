@@ -206,6 +206,47 @@ def test_a_vocabulary_over_the_cache_budget_leaves_the_cached_texts(counted, tex
         set_cache_limit(previous)
 
 
+def test_a_budget_that_holds_one_layer_keeps_the_layer_read(counted):
+    from skbert import clear_cache, set_cache_limit
+
+    teacher, counter = counted
+    clear_cache()
+    # Half of it holds the tokens' states of one layer (~120 KB), not of every layer and the
+    # pooler (~260 KB); their text records (~500 KB) would not fit at all.
+    previous = set_cache_limit(300_000)
+    try:
+        tables = []
+        for pooling in ("mean", "max", "cls"):
+            teacher.set_params(pooling=pooling)
+            tables.append(StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit())
+        n_tokens = int(tables[0].counted_.sum())
+        assert counter["rows"] == n_tokens
+        teacher.set_params(layer=1)
+        StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit()
+        assert counter["rows"] == 2 * n_tokens  # another layer: forwarded again
+    finally:
+        set_cache_limit(previous)
+        clear_cache()
+
+
+def test_a_cache_directory_keeps_every_layer(counted, tmp_path):
+    from skbert import clear_cache
+
+    teacher, counter = counted
+    teacher.set_params(cache=str(tmp_path / "cache"))
+    first = StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit()
+    n_tokens = int(first.counted_.sum())
+    assert len(list((tmp_path / "cache").rglob("*.f32"))) == n_tokens  # one file a token
+    clear_cache()  # the directory alone serves them now
+    teacher.set_params(layer=[1, -1], pooling="max", layer_combine="mean")
+    again = StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit()
+    assert counter["rows"] == n_tokens
+    expected = StaticVectorizer(FrozenTeacher(teacher.set_params(cache=False)),
+                                n_components=4).fit()
+    assert counter["rows"] == 2 * n_tokens
+    np.testing.assert_allclose(again.embeddings_, expected.embeddings_, atol=1e-6)
+
+
 def FrozenTeacher(vectorizer):
     from sklearn.frozen import FrozenEstimator
 
@@ -306,13 +347,120 @@ def test_model2vec_folder_round_trip(gapless_model_dir, texts, tmp_path):
     np.testing.assert_allclose(st[nonzero], static.transform(texts)[nonzero], atol=1e-6)
 
 
-def test_a_fitted_fine_tuned_vectorizer_teaches(tiny_model_dir):
+def three_readers(static, folder, texts):
+    """The vectors of ``texts`` from transform, model2vec and sentence-transformers."""
+    model2vec = pytest.importorskip("model2vec")
+    st = pytest.importorskip("sentence_transformers")
+    return (static.transform(texts),
+            np.asarray(model2vec.StaticModel.from_pretrained(str(folder)).encode(texts),
+                       dtype=np.float32),
+            st.SentenceTransformer(str(folder), device="cpu").encode(texts))
+
+
+def test_a_float16_folder_gives_zero_rows_to_texts_of_no_token(gapless_model_dir, tmp_path):
+    static = StaticVectorizer(BertVectorizer(gapless_model_dir, pooling="mean"),
+                              n_components=8, dtype="float16").fit()
+    probe = ["", "€€", "the cat sat on the mat", "a big red dog"]
+    ours, model2vec, st = three_readers(static, static.save_model2vec(tmp_path / "half"), probe)
+    for theirs in (model2vec, st):  # sentence-transformers' Normalize in float16 gave NaN
+        assert not np.isnan(theirs).any()
+        assert not theirs[:2].any()
+        np.testing.assert_allclose(theirs, ours, atol=2e-3)
+    assert not ours[:2].any()
+
+
+@pytest.mark.parametrize("norm", [None, "l2"])
+def test_literal_special_tokens_in_a_model2vec_folder(gapless_model_dir, tmp_path, norm):
+    """The one difference of the folder's readers, documented in save_model2vec: literal
+    special tokens (and, in sentence-transformers, [UNK]) count in their mean as zero rows,
+    where transform leaves them out. Without norm, their vectors are shorter by that share;
+    with norm="l2", the same."""
+    static = StaticVectorizer(BertVectorizer(gapless_model_dir, pooling="mean"),
+                              n_components=8, norm=norm).fit()
+    probe = ["the cat [SEP] sat", "[MASK] [MASK] dog", "the cat €", "the cat sat"]
+    ours, model2vec, st = three_readers(static, static.save_model2vec(tmp_path / "m2v"), probe)
+    shares = {None: ([3 / 4, 1 / 3, 1, 1], [3 / 4, 1 / 3, 2 / 3, 1]),
+              "l2": ([1, 1, 1, 1], [1, 1, 1, 1])}[norm]
+    np.testing.assert_allclose(model2vec, ours * np.array(shares[0])[:, None], atol=1e-6)
+    np.testing.assert_allclose(st, ours * np.array(shares[1])[:, None], atol=1e-6)
+
+
+def test_save_model2vec_writes_a_new_or_empty_folder_only(distilled, gapless_model_dir,
+                                                          tmp_path):
+    import os
+
+    static = StaticVectorizer(BertVectorizer(gapless_model_dir, pooling="mean"),
+                              n_components=8).fit()
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    (teacher / "model.safetensors").write_bytes(b"the teacher's weights")
+    with pytest.raises(FileExistsError, match="teacher' is not empty; save_model2vec writes a "
+                                              "new or empty folder and never overwrites"):
+        static.save_model2vec(teacher)
+    assert (teacher / "model.safetensors").read_bytes() == b"the teacher's weights"
+    assert os.listdir(teacher) == ["model.safetensors"]
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(FileExistsError, match="file' is a file; save_model2vec writes"):
+        static.save_model2vec(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    assert static.save_model2vec(str(tmp_path / "empty")) == tmp_path / "empty"
+    assert static.save_model2vec(tmp_path / "new" / "m2v") == tmp_path / "new" / "m2v"
+    assert sorted(os.listdir(tmp_path / "empty")) == sorted(os.listdir(tmp_path / "new" / "m2v"))
+    assert sorted(os.listdir(tmp_path)) == ["empty", "file", "new", "teacher"]  # no temporary
+
+
+@pytest.fixture(scope="module")
+def tuned(tiny_model_dir):
     from skbert import FineTunedVectorizer
 
     pairs = [("the cat sat", "a cat sat"), ("a big dog", "the big dog"),
              ("what river", "which river"), ("good movie", "great film")]
-    tuned = FineTunedVectorizer(BertVectorizer(tiny_model_dir, pooling="mean"), epochs=1,
-                                batch_size=2, random_state=0).fit(pairs)
+    return FineTunedVectorizer(BertVectorizer(tiny_model_dir, pooling="mean"), epochs=1,
+                               batch_size=2, random_state=0).fit(pairs)
+
+
+def assert_same_params(left, right):
+    """get_params(deep=True) equal: estimators by type, the rest (their own parameters
+    included) by value."""
+    left, right = left.get_params(deep=True), right.get_params(deep=True)
+    assert left.keys() == right.keys()
+    for name, value in left.items():
+        if hasattr(value, "get_params"):
+            assert type(value) is type(right[name]), name
+        else:
+            assert value == right[name], name
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+@pytest.mark.parametrize("kind", ["fine-tuned", "frozen"])
+def test_a_copy_keeps_a_teacher_used_fitted(tiny_model_dir, tuned, kind, how):
+    import copy
+
+    teacher = tuned if kind == "fine-tuned" else FrozenTeacher(
+        BertVectorizer(tiny_model_dir, pooling="max").fit())
+    unfitted = StaticVectorizer(teacher, n_components=4)
+    fitted = StaticVectorizer(teacher, n_components=4).fit()
+    for original in (unfitted, fitted):
+        duplicate = (copy.deepcopy(original) if how == "deepcopy"
+                     else pickle.loads(pickle.dumps(original)))
+        assert_same_params(duplicate, original)
+        np.testing.assert_allclose(duplicate.fit().embeddings_, fitted.embeddings_, atol=1e-6)
+
+
+def test_a_grid_search_in_processes_over_a_fine_tuned_teacher(tuned, texts):
+    from sklearn.linear_model import LogisticRegression
+
+    X = [text for text in texts if text] * 3
+    y = np.arange(len(X)) % 2
+    pipe = Pipeline([("static", StaticVectorizer(FrozenTeacher(tuned))),
+                     ("clf", LogisticRegression())])
+    search = GridSearchCV(pipe, {"static__n_components": [2, 4]}, cv=2, n_jobs=2,
+                          error_score="raise").fit(X, y)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    assert search.best_estimator_.named_steps["static"].vectorizer.estimator is tuned
+
+
+def test_a_fitted_fine_tuned_vectorizer_teaches(tiny_model_dir, tuned):
     static = StaticVectorizer(tuned, n_components=4).fit()
     base = StaticVectorizer(BertVectorizer(tiny_model_dir, pooling="mean"),
                             n_components=4).fit()
@@ -378,3 +526,55 @@ def test_token_windows_are_the_windows_of_a_one_token_text(tiny_model_dir, promp
     for left, right in zip(got._rows()[:2], expected._rows()[:2]):
         assert [row.tolist() for row in left] == [row.tolist() for row in right]
     np.testing.assert_array_equal(got.owner, expected.owner)
+
+
+def test_fit_refuses_no_texts_before_distilling(counted):
+    teacher, counter = counted
+    for X in ([], iter([])):
+        with pytest.raises(ValueError, match="empty X: give the texts to learn the table from, "
+                                             r"or X=None \(fit\(\)\)"):
+            StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit(X)
+    with pytest.raises(ValueError, match="None of the 2 texts given to fit has a token that "
+                                         "counts"):
+        StaticVectorizer(FrozenTeacher(teacher), n_components=4).fit(["", "[SEP] €€"])
+    assert counter["rows"] == 0  # before the vocabulary's forward passes
+
+
+@pytest.mark.slow
+def test_a_grid_over_minilm_forwards_its_vocabulary_once_at_the_default_budget(minilm_dir):
+    """Each token's states, not a text's record, are kept: all-MiniLM-L6-v2's fit in half the
+    default budget, so that every grid point after the first is served from them."""
+    import time
+
+    from conftest import count_forward_rows
+
+    from skbert import clear_cache
+    from skbert._encoder import _loading, _stores
+
+    if _stores.MEMORY.max_bytes != _stores.DEFAULT_BYTES:
+        pytest.skip("SKBERT_CACHE_BYTES sets another budget")
+    teacher = BertVectorizer(minilm_dir).fit()
+    teacher.model_ = _loading.from_pretrained(minilm_dir, None, "float32")[0]  # its own hook
+    counter = count_forward_rows(teacher)
+    texts = [f"the {adjective} {word} sat by the river" for word in ("cat", "dog", "man")
+             for adjective in ("big", "small", "old", "young")]
+    grid = [({}, {}), ({"layer": -2, "pooling": "max"}, {"n_components": 32}),
+            ({"layer": [-1, -2], "pooling": "cls"}, {"sif_coefficient": 1e-3}),
+            ({}, {"alpha": 1e-5}), ({}, {"alpha": 1e-3})]
+    clear_cache()
+    try:
+        seconds, tables = [], []
+        for setting, params in grid:
+            teacher.set_params(**{"layer": -1, "pooling": "mean", **setting})
+            start = time.perf_counter()
+            tables.append(StaticVectorizer(FrozenTeacher(teacher), **{"n_components": 64, **params})
+                          .fit(texts if "alpha" in params else None))
+            seconds.append(time.perf_counter() - start)
+        assert _stores.MEMORY.n_bytes <= _stores.DEFAULT_BYTES / 2
+    finally:
+        clear_cache()
+    assert counter["rows"] == tables[0].counted_.sum() + len(texts)  # once each
+    assert tables[1].embeddings_.shape[1] == 32
+    assert not np.allclose(tables[0].embeddings_, tables[3].embeddings_)
+    print(f"\nall-MiniLM-L6-v2 distilled: first fit {seconds[0]:.1f} s, then "
+          + ", ".join(f"{second:.1f}" for second in seconds[1:]) + " s")

@@ -331,6 +331,33 @@ def test_score_on_each_kind_of_input(tiny_model_dir):
     assert tuned.score(TEXTS, LABELS) == pytest.approx(right / len(TEXTS))
 
 
+@pytest.mark.filterwarnings("ignore:.*batches of in-batch negatives hold fewer")
+def test_score_and_grid_search_take_the_mined_tuples_fit_takes(tiny_model_dir):
+    corpus = [b for _, b in PAIRS]
+    tuples = SimilaritySearch(BertVectorizer(tiny_model_dir)).fit(corpus).mine_negatives(
+        [a for a, _ in PAIRS], corpus, n_negatives=4)
+    assert {len(t) for t in tuples} == {6}
+    tuned = tuner(tiny_model_dir, epochs=1).fit(tuples)
+    unit = {text: vector / np.linalg.norm(vector) for text, vector in zip(
+        dict.fromkeys(t for row in tuples for t in row),
+        tuned.transform(list(dict.fromkeys(t for row in tuples for t in row))))}
+    # MRR@10 by hand: each anchor's positive among every distinct positive and negative.
+    candidates = set(t for row in tuples for t in row[1:])
+    reciprocal = []
+    for anchor, positive, *_ in tuples:
+        rank = 1 + sum(unit[anchor] @ unit[other] > unit[anchor] @ unit[positive]
+                       for other in candidates - {anchor})
+        reciprocal.append(1 / rank if rank <= 10 else 0.0)
+    assert tuned.score(tuples) == pytest.approx(np.mean(reciprocal), abs=1e-6)
+    search = GridSearchCV(tuner(tiny_model_dir, epochs=1),
+                          {"vectorizer__pooling": ["mean", "cls"]}, cv=2,
+                          error_score="raise").fit(tuples)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    with pytest.raises(ValueError, match="fit_transform embeds the texts it trains on, and X "
+                                         "holds 6-tuples"):
+        tuned.fit_transform(tuples)
+
+
 def test_setfit_pipeline_and_search_use_the_tuned_vectorizer(tiny_model_dir):
     pipeline = Pipeline([("tune", tuner(tiny_model_dir, epochs=1)),
                          ("clf", LogisticRegression(max_iter=200))]).fit(TEXTS, LABELS)

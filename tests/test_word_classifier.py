@@ -168,7 +168,8 @@ def test_a_grid_over_the_head_forwards_each_sentence_once(tiny_model_dir, monkey
         return real(runner, tokenizer, batch, *args)
 
     monkeypatch.setattr(_words, "forward_windows", counted)
-    grid = {"learning_rate": [1e-2, 1e-3], "layer": [1, 2], "subword_pooling": ["first", "mean"]}
+    grid = {"head_learning_rate": [1e-2, 1e-3], "layer": [1, 2],
+            "subword_pooling": ["first", "mean"]}
     GridSearchCV(BertWordClassifier(tiny_model_dir, freeze="all", epochs=1, random_state=0),
                  grid, cv=2).fit(X, y)
     assert sum(windows) == len(SENTENCES) + 1
@@ -191,6 +192,31 @@ def test_long_sentences_train_in_windows_centred_on_their_words(tiny_model_dir):
                                   cache=False).fit()
     expected.model_ = clf.vectorizer_.model_
     np.testing.assert_allclose(clf.transform(X), expected.transform(X), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("freeze", ["none", "all"])
+def test_a_word_longer_than_a_window_trains_and_predicts(tiny_model_dir, data, freeze):
+    """A URL of 92 subwords with the default window of 64 tokens: read from its first 62
+    subwords (its first among them, the one the head reads) in fit and predict, with one
+    warning per call, as BertWordVectorizer reads it."""
+    url = "https://example.com/" + "a1b2c3" * 12
+    X, y = data
+    X, y = X + [(("see", url, "now"), 1)], np.append(y, "X")
+    message = (r"^1 target word\(s\) take more than the 62 text tokens of a window of "
+               rf"max_length=64 \(the first is the sample at index {len(X) - 1}, of 92 "
+               r"tokens\) and are read from their first 62 subwords\.$")
+    with pytest.warns(UserWarning, match=message) as caught:
+        clf = BertWordClassifier(tiny_model_dir, freeze=freeze, **FAST).fit(X, y)
+    assert len(caught) == 1
+    alone = message.replace(f"index {len(X) - 1}", "index 0")  # predicted alone
+    with pytest.warns(UserWarning, match=alone) as caught:
+        proba = clf.predict_proba(X[-1:])
+    assert len(caught) == 1 and proba.shape == (1, len(clf.classes_))
+    expected = BertWordVectorizer(tiny_model_dir, subword_pooling="first", cache=False).fit()
+    expected.model_ = clf.vectorizer_.model_
+    with pytest.warns(UserWarning, match="1 target word"):
+        np.testing.assert_allclose(clf.transform(X[-1:]), expected.transform(X[-1:]), rtol=0,
+                                   atol=1e-5)
 
 
 def test_dataframe_with_a_label_column_and_span_samples(tiny_model_dir, data):
@@ -249,7 +275,7 @@ def test_auto_epochs_and_learning_rates(tiny_model_dir, data):
     X, y = data
     clf = BertWordClassifier(tiny_model_dir, freeze="all", random_state=0).fit(X, y)
     # 10 sentences in batches of 16: one step an epoch, so 300 epochs for 300 steps.
-    assert (clf.epochs_, clf.learning_rate_) == (300, 1e-2)
+    assert (clf.epochs_, clf.head_learning_rate_) == (300, 1e-2)
     assert len(clf.loss_curve_) == 300
     rates = {freeze: BertWordClassifier(tiny_model_dir, freeze=freeze, epochs=1).fit(
         X, y).learning_rate_ for freeze in ["none", 1]}

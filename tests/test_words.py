@@ -1,6 +1,7 @@
 """BertWordVectorizer: words in their context, against a hand-written transformers reference."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -145,9 +146,43 @@ def test_long_sentences_are_read_in_a_window_around_the_target(tiny_model_dir):
     inside = [1 + k - start for k in subwords]
     np.testing.assert_allclose(got[0], hidden[inside].mean(0).numpy(), rtol=0, atol=1e-5)
     np.testing.assert_allclose(got[1], vectorizer.transform([(long[:14], 0)])[0], atol=1e-5)
-    with pytest.raises(ValueError, match=r"Sample at index 0: its target takes 4 tokens, more "
-                                         r"than the 2 text tokens of a window of max_length=4"):
-        BertWordVectorizer(tiny_model_dir, max_length=4).fit_transform([(long, target)])
+
+
+URL = "https://example.com/" + "a1b2c3" * 12  # 92 subwords of the tiny vocabulary
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first"])
+def test_a_word_longer_than_a_window_is_read_from_its_first_subwords(tiny_model_dir, pooling):
+    words = ["see", URL, "now"]
+    vectorizer = BertWordVectorizer(tiny_model_dir, subword_pooling=pooling).fit()  # 64 tokens
+    tokenizer = vectorizer.tokenizer_
+    tokens = tokenizer(words, is_split_into_words=True, add_special_tokens=False)
+    subwords = [k for k, word in enumerate(tokens.word_ids()) if word == 1]
+    assert len(subwords) == 92
+
+    def message(count, position=0):
+        return (rf"^{count} target word\(s\) take more than the 62 text tokens of a window of "
+                rf"max_length=64 \(the first is the sample at index {position}, of 92 tokens\) "
+                r"and are read from their first 62 subwords\.$")
+
+    samples = [(words, 0), (words, 1), (["a", URL], 1)]
+    for _ in range(2):  # warned at every call, the alignment reused or not
+        with pytest.warns(UserWarning, match=message(2, position=1)) as caught:
+            got = vectorizer.transform(samples)
+        assert len(caught) == 1
+    # The window of the target's first 62 subwords, as a sentence of its own.
+    window = tokens["input_ids"][subwords[0]:subwords[0] + 62]
+    ids = torch.tensor([[tokenizer.cls_token_id, *window, tokenizer.sep_token_id]])
+    with torch.no_grad():
+        hidden = vectorizer.model_(input_ids=ids).last_hidden_state[0, 1:-1].numpy()
+    expected = hidden.mean(0) if pooling == "mean" else hidden[0]
+    np.testing.assert_allclose(got[1], expected, rtol=0, atol=1e-5)
+    with pytest.warns(UserWarning, match=message(1)):  # a span is read the same way
+        span = vectorizer.transform([(" ".join(words), 4, 4 + len(URL))])
+    np.testing.assert_allclose(span[0], got[1], rtol=0, atol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the short words alone: no warning
+        np.testing.assert_array_equal(vectorizer.transform(samples[:1]), got[:1])
 
 
 @pytest.mark.parametrize("samples, message", [

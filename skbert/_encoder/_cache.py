@@ -9,7 +9,9 @@ pooler output, and max pooling of the usual layer averages. That serves any
 + 1) * hidden * 4`` bytes a window (n_layers counting the embedding output):
 about 91 KB for all-MiniLM-L6-v2 (7 x 384) and 329 KB for BERT-base (13 x 768).
 A rarer multi-layer max gets a record of its own layout next to it. An entry of
-a sentence's window is its token states (:mod:`skbert._words`). Entries are
+a sentence's window is its token states (:mod:`skbert._words`), and so is one
+of a vocabulary token alone, with the pooler output (:func:`token_features`:
+33.8 KB for all-MiniLM-L6-v2, whose windows have three tokens). Entries are
 named by :mod:`skbert._encoder._keys` and kept by :mod:`skbert._encoder._stores`.
 
 :func:`window_entries` walks the distinct windows of one call, longest first,
@@ -25,20 +27,22 @@ import warnings
 
 import numpy as np
 
-from skbert._encoder._encoding import Rows
-from skbert._encoder._keys import entry_name, window_keys
+from skbert._encoder._encoding import Rows, forward_states, parts_of_states
+from skbert._encoder._features import Layout, assemble, n_features, parts_needed
+from skbert._encoder._keys import entry_name, token_states_tag, window_keys
 from skbert._encoder._stores import (
     MEMORY,
     DiskStore,
     check_cache,
     clear_cache,
+    entry_bytes,
     set_cache_limit,
     store_for,
 )
 
 # What the estimators and the tests reach through this module, beside its own functions.
 __all__ = ["MEMORY", "check_cache", "clear_cache", "set_cache_limit", "store_for",
-           "window_entries", "window_features", "window_keys"]
+           "token_features", "window_entries", "window_features", "window_keys"]
 
 # Entries held at once by one call, beyond the store: one chunk of distinct windows (and
 # their assembled features). Small, since fresh memory costs page faults (up to 2 ms per MB
@@ -147,6 +151,79 @@ def window_features(store, keys, lengths, layouts, compute, assemble, batch_size
     window_entries(store, distinct, [layout.tag for layout in layouts],
                    np.asarray(lengths)[window_of], sizes, computed, consume, batch_size, progress)
     return features
+
+
+# The share of the in-memory budget that the token states of one distillation may take: the
+# rest stays for the texts the user cached.
+TOKEN_SHARE = 0.5
+
+
+def token_plan(store, n_windows, n_tokens, hidden_size, every, read):
+    """Which token states a distillation keeps and where: ``(store or None, layers, pooler)``.
+
+    ``every`` and ``read`` are ``(layers, pooler)``: every hidden state (and the
+    pooler output where the model has one), which serves any later setting, and
+    what this setting reads. A directory keeps every one; the in-memory store
+    the first of the two whose entries, ``n_windows`` of ``n_tokens`` tokens,
+    take at most :data:`TOKEN_SHARE` of its budget; else nothing is stored, and
+    only what is read is computed.
+    """
+    if store is None:
+        return (None, *read)
+    if isinstance(store, DiskStore):
+        return (store, *every)
+    for layers, pooler in (every, read):
+        n_values = (len(layers) * n_tokens + pooler) * hidden_size
+        if n_windows * entry_bytes(n_values) <= TOKEN_SHARE * store.max_bytes:
+            return store, layers, pooler
+    return (None, *read)
+
+
+def token_features(store, keys, windows, runner, tokenizer, extraction, n_layers, has_pooler,
+                   batch_size, progress=None):
+    """Features of ``extraction`` (not normalized) of every window of ``windows``, windows of
+    one length and one special-token mask (vocabulary tokens alone,
+    :func:`skbert._encoder._encoding.token_windows`), ``keys`` their cache keys.
+
+    An entry holds a token's states (:func:`skbert._encoder._encoding.forward_states`):
+    the hidden states at the window's few tokens, for every layer where they fit
+    (:func:`token_plan`), so that any layer, layer combination and pooling is
+    served from them, not only this setting (a text's record, 91 KB for
+    all-MiniLM-L6-v2, takes 2.7 times as much as a token's states). Only the
+    layers that ``extraction`` reads are copied out of a stored entry.
+    """
+    hidden_size = runner.config.hidden_size
+    needed = parts_needed(extraction)
+    layout = Layout.of(needed, hidden_size)
+    read = (layout.layers, ("pooler",) in needed)
+    distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    n_tokens = int(windows.lengths[0]) if len(windows) else 0
+    store, layers, pooler = token_plan(store, len(distinct), n_tokens, hidden_size,
+                                       (list(range(n_layers)), has_pooler), read)
+    span = n_tokens * hidden_size
+    width = len(layers) * span + pooler * hidden_size
+    # Where the columns read sit in an entry: each layer read, then the pooler output.
+    sources = [slice(layers.index(layer) * span, (layers.index(layer) + 1) * span)
+               for layer in read[0]] + [slice(width - hidden_size, width)] * read[1]
+    special = np.asarray(windows.special_mask[0]) if len(windows) else None
+    features = np.empty((len(distinct), n_features(extraction, hidden_size)), dtype=np.float32)
+
+    def compute(rows):
+        out = np.empty((len(rows), width), dtype=np.float32)
+        forward_states(runner, tokenizer, windows.subset(first[rows]), layers, pooler, out,
+                       batch_size, progress)
+        return [[row] for row in out]
+
+    def consume(rows, entries, n_computed):
+        states = np.concatenate([np.stack([entry[source] for (entry,) in entries])
+                                 for source in sources], axis=1)
+        records = parts_of_states(states, special, read[0], read[1], layout)
+        features[rows] = assemble(layout.parts(records), extraction)
+
+    window_entries(store, distinct, [token_states_tag(layers, pooler, hidden_size)],
+                   windows.lengths[first], np.full((len(distinct), 1), width), compute, consume,
+                   batch_size, progress)
+    return features[inverse.ravel()]
 
 
 _WARNED = set()  # (directory, errno) pairs this process has warned about

@@ -419,6 +419,50 @@ def forward_parts(runner, tokenizer, windows, layouts, batch_size, progress=None
     return records
 
 
+def forward_states(runner, tokenizer, windows, layers, pooler, out, batch_size, progress=None):
+    """Run the encoder over ``windows`` of one length ``n``, writing into row k of ``out``
+    the token states of window k: the hidden states of ``layers`` at its ``n`` tokens
+    (layers, tokens, hidden in C order), then with ``pooler`` the pooler output.
+
+    What :func:`skbert._encoder._cache.token_features` keeps of a vocabulary token alone:
+    a few tokens per layer, from which :func:`parts_of_states` gives any setting's parts.
+    """
+    n_tokens = int(windows.lengths[0])
+    span = n_tokens * runner.config.hidden_size
+
+    def write(batch, inputs, special, hidden, pooler_output):
+        for index, layer in enumerate(layers):
+            states = hidden[layer][:, :n_tokens].float().cpu().numpy()
+            out[batch, index * span:(index + 1) * span] = states.reshape(len(batch), span)
+        if pooler:
+            out[batch, len(layers) * span:] = pooler_output.float().cpu().numpy()
+        if progress is not None:
+            progress.update(len(batch))
+
+    run_batches(runner, tokenizer, windows, set(layers), pooler, batch_size, write)
+
+
+def parts_of_states(states, special_mask, layers, pooler, layout):
+    """The records of ``layout`` (an array (n, layout.width)) from token states laid out as
+    :func:`forward_states` writes them, for windows of one special-token mask
+    (``special_mask``, one row): :func:`skbert._encoder._features.compute_parts` over the
+    hidden states of ``layers`` (only those that ``layout`` reads are read), as a forward
+    pass would give them."""
+    import torch
+
+    n_windows, n_tokens = len(states), len(special_mask)
+    hidden_size = layout.hidden_size
+    span = n_tokens * hidden_size
+    hidden = {layer: torch.from_numpy(states[:, index * span:(index + 1) * span]).view(
+        n_windows, n_tokens, hidden_size) for index, layer in enumerate(layers)
+        if layer in layout.layers}
+    pooler_output = torch.from_numpy(states[:, len(layers) * span:]) if pooler else None
+    special = torch.from_numpy(np.broadcast_to(special_mask, (n_windows, n_tokens)).copy())
+    with torch.inference_mode():
+        return compute_parts(hidden, torch.ones(n_windows, n_tokens, dtype=torch.long),
+                             special, pooler_output, layout).numpy()
+
+
 def run_batches(runner, tokenizer, windows, read, pooler, batch_size, write):
     """Encode ``windows`` in length-sorted batches and hand each to ``write(batch, inputs,
     special_mask, hidden_states, pooler_output)``, ``batch`` the window indices.

@@ -172,11 +172,12 @@ class Engine:
                       _exports.digest(json.dumps(self.calibration))]
         return _exports.digest(json.dumps(parts, sort_keys=True))
 
-    def runner(self, device):
-        """What :func:`skbert._encoder._encoding.forward_parts` calls on ``device``."""
+    def runner(self, device, verbose=False):
+        """What :func:`skbert._encoder._encoding.forward_parts` calls on ``device``; a CPU
+        engine's int8 calibration shows its progress with ``verbose`` only."""
         if self.backend != "torch":
             check_backend(self.backend, self.dtype, device)
-            return _CompiledRunner(self)
+            return _CompiledRunner(self, verbose)
         return TorchRunner(self._model_on(device))
 
     def _model_on(self, device):
@@ -229,13 +230,15 @@ class TorchRunner:
 class _CompiledRunner:
     """A CPU engine as a runner: one compiled graph per cut, on the CPU."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, verbose=False):
         import torch
 
         self.engine, self.config, self.device = engine, engine.loaded.config, torch.device("cpu")
+        self.verbose = verbose
 
     def encoder(self, depth, read, pooler):
-        return _exports.graph(self.engine, depth, sorted(set(read) | {depth}), pooler)
+        return _exports.graph(self.engine, depth, sorted(set(read) | {depth}), pooler,
+                              self.verbose)
 
     def torch_threads(self):
         """The torch work around the batches (inputs, records) in one thread, so that torch's

@@ -158,7 +158,7 @@ _registry = threading.Lock()  # guards the two dicts only: never held through a 
 _TRACING = threading.Lock()
 
 
-def graph(engine, depth, states, pooler):
+def graph(engine, depth, states, pooler, verbose=False):
     """The compiled graph of ``engine``'s model cut after layer ``depth``: a callable from
     model inputs to ``({layer: hidden states}, pooler output or None)`` as torch tensors.
 
@@ -166,6 +166,7 @@ def graph(engine, depth, states, pooler):
     in :func:`export_dir`, keyed by everything that decides its outputs; loaded
     from there afterwards (without the torch model). Conversions of one key
     wait for each other; other keys, converting or converted, do not wait.
+    Only with ``verbose`` does an int8 calibration show NNCF's progress bars.
     """
     key = digest(json.dumps([EXPORT_FORMAT, engine.loaded.fingerprint, engine.tag, depth,
                               list(states), pooler]))
@@ -181,9 +182,8 @@ def graph(engine, depth, states, pooler):
                 if key in _graphs or _converting.get(key) is not lock:
                     continue  # another thread finished it meanwhile
             try:
-                found = _Compiled(engine.backend, engine.dtype, _artifact(key, engine, depth,
-                                                                          states, pooler),
-                                  states, pooler)
+                found = _Compiled(engine.backend, engine.dtype, _artifact(
+                    key, engine, depth, states, pooler, verbose), states, pooler)
             finally:
                 with _registry:
                     _converting.pop(key, None)
@@ -257,7 +257,7 @@ class _Compiled:
         return hidden, tensors[-1] if self.pooler else None
 
 
-def _artifact(key, engine, depth, states, pooler):
+def _artifact(key, engine, depth, states, pooler, verbose):
     """The export ``key``: its verified directory, or the model converted now (and stored
     where it can be: a directory that cannot be written costs a warning, not the result)."""
     target = export_dir() / key
@@ -267,7 +267,7 @@ def _artifact(key, engine, depth, states, pooler):
             return target
         warnings.warn(f"skbert's export {str(target)!r} is damaged ({problem}): converting the "
                       "model again.", RuntimeWarning, stacklevel=7)
-    converted = _convert(engine, depth, states, pooler)
+    converted = _convert(engine, depth, states, pooler, verbose)
     try:
         _store(target, engine.backend, converted)
     except OSError as exc:
@@ -339,9 +339,10 @@ def _verify(directory):
 TOLERANCE = 1e-4
 
 
-def _convert(engine, depth, states, pooler):
+def _convert(engine, depth, states, pooler, verbose=False):
     """Convert (and quantize) a private copy of ``engine``'s model cut after ``depth``: an
-    ``openvino.Model``, or the bytes of an ONNX file.
+    ``openvino.Model``, or the bytes of an ONNX file; NNCF's progress bars shown with
+    ``verbose`` only.
 
     The float32 conversion is checked against torch first, on padded batches
     of every length up to the model's limit (the window any setting reads: a
@@ -399,7 +400,7 @@ def _convert(engine, depth, states, pooler):
             for check in checks]
         try:
             if backend == "openvino":
-                return _convert_openvino(module, example, checks, expected, samples)
+                return _convert_openvino(module, example, checks, expected, samples, verbose)
             return _convert_onnx(module, example, checks, expected)
         except (ImportError, OSError, MemoryError):
             raise
@@ -445,7 +446,7 @@ def _check(run, checks, expected):
                                  f"(relative) on a padded batch of {old.shape[1]} tokens")
 
 
-def _convert_openvino(module, example, checks, expected, samples):
+def _convert_openvino(module, example, checks, expected, samples, verbose):
     import openvino
 
     with _TRACING, _expected_warnings_hidden():
@@ -461,9 +462,56 @@ def _convert_openvino(module, example, checks, expected, samples):
         return converted
     import nncf
 
-    with _TRACING:
+    with _TRACING, contextlib.nullcontext() if verbose else _progress_hidden():
         return nncf.quantize(converted, nncf.Dataset(samples),
                              model_type=nncf.ModelType.TRANSFORMER, subset_size=len(samples))
+
+
+# The rich Progress classes that NNCF's track() builds its bars from, by their names in NNCF's
+# module (looked up there each time a bar is made).
+_NNCF_PROGRESS = ("Progress", "WeightedProgress")
+
+
+@contextlib.contextmanager
+def _progress_hidden():
+    """Hide the progress bars that NNCF draws in this thread ("Statistics collection",
+    "Applying Smooth Quant", ...), the bars of other threads shown as before.
+
+    NNCF offers no switch for them: ``nncf.set_log_level`` sets its logger's
+    level, and its bars are rich displays on rich's global console, whose
+    ``quiet`` would also silence what other threads print there (a
+    ``RichHandler``'s log records). So the Progress classes of NNCF's bars are
+    replaced, in NNCF's module only and until this exits, by subclasses that
+    are built disabled in this thread (nothing drawn, no refresh thread). Held
+    under :data:`_TRACING`, as every calibration here is: no other conversion
+    replaces them meanwhile.
+    """
+    from nncf.common.logging import track_progress
+
+    thread = threading.get_ident()
+    replaced = {name: getattr(track_progress, name, None) for name in _NNCF_PROGRESS}
+    replaced = {name: original for name, original in replaced.items()
+                if isinstance(original, type)}
+    for name, original in replaced.items():
+        setattr(track_progress, name, _disabled_in(original, thread))
+    try:
+        yield
+    finally:
+        for name, original in replaced.items():
+            setattr(track_progress, name, original)
+
+
+def _disabled_in(progress_class, thread):
+    """A subclass of the rich Progress class ``progress_class`` whose instances made in
+    ``thread`` are disabled."""
+
+    class Disabled(progress_class):
+        def __init__(self, *args, **kwargs):
+            if threading.get_ident() == thread:
+                kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return Disabled
 
 
 def _convert_onnx(module, example, checks, expected):

@@ -60,6 +60,14 @@ def states_tag(layers, hidden_size):
     return hashlib.blake2b(text, digest_size=6).hexdigest()
 
 
+def token_states_tag(layers, pooler, hidden_size):
+    """The tag of a vocabulary token's states (:func:`skbert._encoder._cache.token_features`):
+    ``layers`` at every token of its window, then with ``pooler`` the pooler output. Not the
+    tag of a sentence's token states (:func:`states_tag`), whose window may be the same."""
+    text = repr(("token states", tuple(layers), bool(pooler), hidden_size)).encode()
+    return hashlib.blake2b(text, digest_size=6).hexdigest()
+
+
 def entry_name(key, tag):
     """The name of the entry tagged ``tag`` of the window whose key is ``key`` (bytes)."""
     return f"{key.decode()}-{tag}"

@@ -182,15 +182,21 @@ def model_fingerprint(model):
 
 
 def length_limit(tokenizer, config):
-    """The most tokens a window of the model may hold: the tokenizer's ``model_max_length``
-    and the model's position embeddings, less those that RoBERTa-family models skip (their
-    positions begin after the padding index: 514 embeddings hold 512 tokens)."""
+    """The most tokens a window of the model may hold: its position embeddings, less those
+    that RoBERTa-family models skip (their positions begin after the padding index: 514
+    embeddings hold 512 tokens); the tokenizer's ``model_max_length`` for a model without
+    them.
+
+    ``model_max_length`` is the window a folder was saved with, the default of
+    ``max_length=None``, not a limit: a cross-encoder saved at 128 tokens reads
+    pairs of 320, as sentence-transformers reads it.
+    """
     limit = getattr(config, "max_position_embeddings", None)
     if limit is None:
         return tokenizer.model_max_length
     if _positions_after_padding(config.model_type):
         limit -= config.pad_token_id + 1
-    return min(tokenizer.model_max_length, limit)
+    return limit
 
 
 @functools.cache
@@ -318,9 +324,35 @@ def _pretrained(kind, source, revision, **kwargs):
             return getattr(transformers, kind).from_pretrained(
                 source, revision=revision, trust_remote_code=False, **kwargs)
     except (OSError, ValueError, SafetensorError) as exc:  # missing, offline, corrupt
-        where = (f"model directory {source!r}" if os.path.isdir(source)
-                 else f"model {source!r} (revision={revision!r})")
+        if os.path.isdir(source):
+            raise LoadError(f"Could not load the model directory {source!r}: {exc}") from exc
+        where = f"model {source!r} (revision={revision!r})"
+        if _offline_and_not_cached(source, revision):
+            raise LoadError(
+                f"Could not load the {where} offline: HF_HUB_OFFLINE is set and the Hugging "
+                "Face cache holds no copy of it. Download it once with a connection (without "
+                "HF_HUB_OFFLINE), or give the path of a local model directory.") from exc
         raise LoadError(f"Could not load the {where}: {exc}") from exc
+
+
+def _offline_and_not_cached(source, revision):
+    """Whether the hub model ``source`` cannot load because the hub is off and its config is
+    not in the cache (transformers' own message speaks of a connection that failed)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    return constants.HF_HUB_OFFLINE and not isinstance(
+        try_to_load_from_cache(source, "config.json", revision=revision), str)
+
+
+def read_config(source, revision):
+    """The ``config.json`` of the model ``source`` as a dict, with the errors of loading it:
+    a path that is no model directory, a hub model that is missing, unreachable or (offline)
+    not cached."""
+    _check_source(source)
+    config = _read_json(source, revision, "config.json")
+    if config is None:  # a hub model whose config is out of reach: transformers says why
+        config = _pretrained("AutoConfig", source, revision).to_dict()
+    return config
 
 
 def load_model(source, revision, dtype):

@@ -132,48 +132,21 @@ def save_sentence_transformer(vectorizer, path):
         )
     files = folder_files(vectorizer)  # checks max_length and the prompt against the model
     path = Path(os.fspath(path)).expanduser()
-    _check_target(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _files.staged_directory(path) as staging, _loading.quiet_transformers():
-        vectorizer.model_.save_pretrained(staging.path, safe_serialization=True)
+    with (_files.new_folder(path, "save_sentence_transformer") as staging,
+          _loading.quiet_transformers()):
+        vectorizer.model_.save_pretrained(staging, safe_serialization=True)
         with TOKENIZER_LOCK:  # a fast tokenizer's core cannot be read while it tokenizes
-            vectorizer.tokenizer_.save_pretrained(staging.path)
+            vectorizer.tokenizer_.save_pretrained(staging)
         # As sentence-transformers' own save: the tokenizer's limit is the window, so that a
         # reader that truncates at the tokenizer's limit (skbert's max_length=None) agrees.
         files["tokenizer_config.json"] = {
-            **_read_json(staging.path / "tokenizer_config.json"),
+            **_read_json(staging / "tokenizer_config.json"),
             "model_max_length": files["sentence_bert_config.json"]["max_seq_length"]}
         for name, content in files.items():
-            (staging.path / name).parent.mkdir(exist_ok=True)
-            (staging.path / name).write_text(json.dumps(content, indent=2) + "\n",
-                                             encoding="utf-8")
-        if path.is_dir():
-            _remove_empty(path)  # an empty folder that the rename replaces
-    if not staging.placed:
-        raise FileExistsError(f"{os.fspath(path)!r} was created by someone else while the "
-                              "folder was written; nothing was written there.")
+            (staging / name).parent.mkdir(exist_ok=True)
+            (staging / name).write_text(json.dumps(content, indent=2) + "\n",
+                                        encoding="utf-8")
     return path
-
-
-def _check_target(path):
-    """Refuse a ``path`` that is a file or a folder with files: never overwrite a user's
-    files."""
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{os.fspath(path)!r} is a file; save_sentence_transformer "
-                              "writes a new or empty folder.")
-    if path.is_dir() and any(path.iterdir()):
-        raise FileExistsError(
-            f"{os.fspath(path)!r} is not empty; save_sentence_transformer writes a new or "
-            "empty folder and never overwrites files. Choose another path or empty it."
-        )
-
-
-def _remove_empty(path):
-    try:
-        os.rmdir(path)
-    except OSError as exc:  # files appeared meanwhile
-        raise FileExistsError(f"{os.fspath(path)!r} received files while the folder was "
-                              "written; nothing was written there.") from exc
 
 
 def _read_json(path):

@@ -83,6 +83,11 @@ def _size(record):
     return record.nbytes + _ENTRY_OVERHEAD
 
 
+def entry_bytes(n_values):
+    """What an entry of ``n_values`` float32 values takes of the in-memory budget."""
+    return 4 * int(n_values) + _ENTRY_OVERHEAD
+
+
 class MemoryStore:
     """Thread-safe LRU mapping key -> record (a 1-D float32 array), bounded by bytes.
 

@@ -27,7 +27,7 @@ import contextlib
 import copy
 import threading
 from dataclasses import dataclass
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 
@@ -46,10 +46,31 @@ def resolved_freeze(freeze):
     return None if freeze == "none" else freeze
 
 
-def resolved_rate(learning_rate, freeze, rates, default):
-    """``learning_rate``, "auto" resolved: the estimator's measured rate for ``freeze``
-    (``rates``: {freeze: rate}), else ``default``."""
-    return rates.get(freeze, default) if learning_rate == "auto" else learning_rate
+# learning_rate="auto" and head_learning_rate="auto": the one table of peak rates, measured for each
+# fine-tuner (the figures are in its docstring). A row maps what trains (the encoder, whole or in
+# part; LoRA's adapters; freeze="all": the head alone) to (the encoder's rate, a fresh head's rate);
+# a head's rate of None trains the head at the encoder's rate.
+AUTO_RATES = {
+    "BertClassifier": {"encoder": (5e-5, 1e-2), "lora": (2e-3, 1e-2), "all": (5e-5, 1e-2)},
+    "FineTunedVectorizer": {"encoder": (2e-5, None), "lora": (5e-4, None)},
+    "BertWordClassifier": {"encoder": (1e-4, None), "lora": (2e-3, None), "all": (1e-4, 1e-2)},
+    "BertReranker": {"encoder": (2e-5, None), "lora": (2e-3, None), "all": (2e-5, 1e-2)},
+}
+
+RATE_CONSTRAINT = [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})]
+
+
+def resolved_rates(estimator, learning_rate, head_learning_rate="auto", freeze=None,
+                   fresh_head=True):
+    """``(learning_rate, head_learning_rate)`` of a fit, each "auto" resolved by
+    ``AUTO_RATES[estimator]`` for ``freeze`` (resolved). A pretrained head
+    (``fresh_head=False``) trains at the encoder's rate: it is no longer a random start."""
+    regime = freeze if freeze in ("lora", "all") else "encoder"
+    rate, head_rate = AUTO_RATES[estimator][regime]
+    rate = rate if learning_rate == "auto" else learning_rate
+    if head_learning_rate != "auto":
+        return rate, head_learning_rate
+    return rate, rate if head_rate is None or not fresh_head else head_rate
 
 
 # Seeded training sets torch's global random state, which dropout draws from: one at a time.
@@ -479,12 +500,14 @@ class Trained:
     ``model`` is the encoder inference runs (the adapters merged into a tree
     sharing the base weights, the tuned private copy, or the base itself when
     frozen whole), ``head`` the head's ``(weight, bias)`` float64 arrays (None
-    without a head), ``lora_factors`` the adapters of ``freeze="lora"``.
+    without a head), ``lora_factors`` the adapters of ``freeze="lora"``,
+    ``rates`` the recipe's ``(learning_rate, head_learning_rate)``.
     """
 
     model: object
     head: object
     loss_curve: list
+    rates: tuple
     lora_factors: object = None
     validation_scores: object = None
     best_validation_score: object = None
@@ -546,6 +569,7 @@ def fit_network(base, recipe, batch_loss, rows, *, name, seed, device, dtype, n_
             model = _lora.merged(base if merge_into is None else merge_into, factors)
         else:
             model = encoder if freeze == "all" else encoder.requires_grad_(False)
-    return Trained(model, None if n_outputs is None else head_arrays(head), loss_curve, factors,
+    return Trained(model, None if n_outputs is None else head_arrays(head), loss_curve,
+                   (recipe.learning_rate, recipe.head_learning_rate), factors,
                    None if early_stopping is None else early_stopping.scores,
                    None if early_stopping is None else early_stopping.best_score)
