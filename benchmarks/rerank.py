@@ -41,7 +41,8 @@ pairs, skbert's cache emptied before each timed call.
   older transformers than skbert's), with the largest difference of its torch
   scores to skbert's. ``--reranker FOLDER`` reads that cross-encoder folder
   instead (read at max_length 320 whatever window it was saved with), and
-  ``--no-peers`` leaves sentence-transformers' rows out.
+  ``--no-peers`` leaves sentence-transformers' rows out, ``--readers float32
+  int8`` skbert's bfloat16 row.
 - ``folders``: the reranker's ``save_cross_encoder`` folder read by
   ``sentence_transformers.CrossEncoder``, and a folder written by
   sentence-transformers' ``CrossEncoder.save`` (compare's model, or a fresh
@@ -87,6 +88,7 @@ FINETUNED_REFERENCE = 0.6679  # finetune_embeddings.py scifact, skbert full, 919
 
 RERANKER = None  # --reranker: the cross-encoder folder engines reads, instead of compare's
 PEERS = True  # --no-peers: engines without sentence-transformers' rows
+READERS = ("float32", "bfloat16", "int8")  # --readers: engines' skbert rows
 _SETUP = {}  # the data, the first stage, its candidates and the mined tuples
 _TRAINED = {}  # compare's models: "skbert" (BertReranker), "st" (CrossEncoder)
 
@@ -336,6 +338,8 @@ def part_engines(report):
                    "skbert openvino int8": read(backend="openvino", dtype="int8",
                                                 calibration=calibration_pairs())}
         for name, estimator in readers.items():
+            if name.split()[-1] not in READERS:
+                continue
             score, seconds, scores[name] = rerank(skbert_predict(estimator.fit()), repeats=2)
             rows[name] = {"ndcg@10": score, "rerank_s": seconds}
             print(f"  {name}: {json.dumps(rows[name])}", flush=True)
@@ -406,7 +410,7 @@ PARTS = {"compare": part_compare, "firststage": part_firststage,
 
 
 def main():
-    global MAX_LENGTH, SEEDS, RERANKER, PEERS
+    global MAX_LENGTH, SEEDS, RERANKER, PEERS, READERS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="+", choices=list(PARTS))
     parser.add_argument("--smoke", action="store_true",
@@ -416,10 +420,12 @@ def main():
     parser.add_argument("--output", type=Path, help="also write the report as JSON here")
     parser.add_argument("--reranker", type=Path,
                         help="engines: read this cross-encoder folder instead of training one")
+    parser.add_argument("--readers", nargs="+", choices=READERS, default=list(READERS),
+                        help="engines: skbert's rows (torch float32 is the baseline)")
     parser.add_argument("--no-peers", action="store_true",
                         help="engines: without sentence-transformers' rows")
     args = parser.parse_args()
-    RERANKER, PEERS = args.reranker, not args.no_peers
+    RERANKER, PEERS, READERS = args.reranker, not args.no_peers, tuple(args.readers)
     import sentence_transformers
     import torch
     import transformers

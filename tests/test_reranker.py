@@ -196,6 +196,25 @@ def test_mini_batches_train_as_the_whole_batch(still_dir, monkeypatch, loss, bat
         np.testing.assert_allclose(chunked.predict(PAIRS), whole.predict(PAIRS), atol=1e-6)
 
 
+def test_auto_mini_batches_hold_a_token_budget(still_dir, monkeypatch):
+    from skbert import _reranker
+
+    recorded = _recorded(monkeypatch)
+    params = dict(loss="listwise", epochs=1, batch_size=4, random_state=0)
+    # Short pairs: the whole batch (4 tuples of 3 pairs) in one forward pass.
+    BertReranker(still_dir, **params).fit(TUPLES)
+    assert max(recorded["pairs"]) == 12
+    # A budget of 3 pairs' tokens at the batch's longest: chunks of 3 pairs.
+    recorded["pairs"] = []
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(still_dir)
+    longest = max(len(tokenizer(q, d)["input_ids"]) for q, *docs in TUPLES for d in docs)
+    monkeypatch.setattr(_reranker, "AUTO_MINI_BATCH_TOKENS", 3 * longest + 1)
+    BertReranker(still_dir, **params).fit(TUPLES)
+    assert max(recorded["pairs"]) == 3
+
+
 def test_fine_tuning_a_cross_encoder_starts_from_its_head(cross_encoder_dir):
     start = BertReranker(cross_encoder_dir).fit()
     # A learning rate too small to move anything: the head it starts from is the folder's.
