@@ -42,7 +42,8 @@ pairs, skbert's cache emptied before each timed call.
   scores to skbert's. ``--reranker FOLDER`` reads that cross-encoder folder
   instead (read at max_length 320 whatever window it was saved with), and
   ``--no-peers`` leaves sentence-transformers' rows out, ``--readers float32
-  int8`` skbert's bfloat16 row.
+  int8`` skbert's bfloat16 row, and ``--queries N`` keeps the first N test
+  queries (N x 20 pairs; nDCG@10 over those).
 - ``folders``: the reranker's ``save_cross_encoder`` folder read by
   ``sentence_transformers.CrossEncoder``, and a folder written by
   sentence-transformers' ``CrossEncoder.save`` (compare's model, or a fresh
@@ -89,6 +90,7 @@ FINETUNED_REFERENCE = 0.6679  # finetune_embeddings.py scifact, skbert full, 919
 RERANKER = None  # --reranker: the cross-encoder folder engines reads, instead of compare's
 PEERS = True  # --no-peers: engines without sentence-transformers' rows
 READERS = ("float32", "bfloat16", "int8")  # --readers: engines' skbert rows
+QUERIES = None  # --queries: the first this many test queries only
 _SETUP = {}  # the data, the first stage, its candidates and the mined tuples
 _TRAINED = {}  # compare's models: "skbert" (BertReranker), "st" (CrossEncoder)
 
@@ -102,7 +104,7 @@ def load_data(smoke=False):
     from skbert.datasets import load_beir
 
     test, train = load_beir(DATA, "test"), load_beir(DATA, "train")
-    query_ids = list(test.queries)
+    query_ids = list(test.queries)[:QUERIES]
     judged = [(query, doc) for query, docs in train.qrels.items()
               for doc, relevance in docs.items() if relevance > 0]
     rows = range(len(test.doc_ids))
@@ -410,7 +412,7 @@ PARTS = {"compare": part_compare, "firststage": part_firststage,
 
 
 def main():
-    global MAX_LENGTH, SEEDS, RERANKER, PEERS, READERS
+    global MAX_LENGTH, SEEDS, RERANKER, PEERS, READERS, QUERIES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="+", choices=list(PARTS))
     parser.add_argument("--smoke", action="store_true",
@@ -424,8 +426,11 @@ def main():
                         help="engines: skbert's rows (torch float32 is the baseline)")
     parser.add_argument("--no-peers", action="store_true",
                         help="engines: without sentence-transformers' rows")
+    parser.add_argument("--queries", type=int,
+                        help="the first this many test queries only (a shorter engines run)")
     args = parser.parse_args()
     RERANKER, PEERS, READERS = args.reranker, not args.no_peers, tuple(args.readers)
+    QUERIES = args.queries
     import sentence_transformers
     import torch
     import transformers

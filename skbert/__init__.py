@@ -10,6 +10,8 @@ import importlib.metadata
 
 from skbert._encoder._cache import clear_cache, set_cache_limit
 from skbert._finetune import BertClassifier, BertRegressor
+from skbert._hybrid import HybridSearch
+from skbert._lexical import BM25Vectorizer
 from skbert._reranker import BertReranker
 from skbert._search import PairSimilarity, SimilaritySearch
 from skbert._static import StaticVectorizer
@@ -24,6 +26,7 @@ except importlib.metadata.PackageNotFoundError:  # the source tree, not installe
     __version__ = "unknown"
 
 __all__ = [
+    "BM25Vectorizer",
     "BertClassifier",
     "BertRegressor",
     "BertReranker",
@@ -31,6 +34,7 @@ __all__ = [
     "BertWordClassifier",
     "BertWordVectorizer",
     "FineTunedVectorizer",
+    "HybridSearch",
     "PairSimilarity",
     "SimilaritySearch",
     "StaticVectorizer",

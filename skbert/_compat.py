@@ -5,9 +5,17 @@ fallback, means a release that moves them breaks exactly one module.
 """
 
 from sklearn.base import _fit_context
-from sklearn.utils._param_validation import HasMethods, Hidden, Interval, StrOptions
+from sklearn.utils._param_validation import (
+    HasMethods,
+    Hidden,
+    Interval,
+    StrOptions,
+    validate_parameter_constraints,
+)
+from sklearn.utils.metaestimators import _BaseComposition
 
-__all__ = ["HasMethods", "Hidden", "Interval", "StrOptions", "_fit_context", "autocast_enabled",
+__all__ = ["HasMethods", "Hidden", "Interval", "StrOptions", "_BaseComposition", "_fit_context",
+           "autocast_enabled", "validate_parameter_constraints",
            "cached_model_file", "install_output_hooks", "linear_pointwise", "runs_hooks",
            "sets_own_output", "tensor_version", "with_children"]
 

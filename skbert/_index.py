@@ -11,6 +11,7 @@ with their float32 rows, read from a memory-mapped file.
 import os
 
 import numpy as np
+from scipy import sparse
 
 
 def unit_rows(vectors, dtype=np.float32):
@@ -38,6 +39,28 @@ class FloatIndex:
 
     def decode(self, start=0, stop=None):
         return self.vectors[start:stop]
+
+
+class SparseIndex:
+    """Sparse corpus rows (CSR, float32), for lexical rows such as BM25's: exact inner
+    products with sparse query rows, and nothing dense of the corpus's size."""
+
+    def __init__(self, rows):
+        self.rows = sparse.csr_matrix(rows, dtype=np.float32)
+
+    def __len__(self):
+        return self.rows.shape[0]
+
+    @property
+    def nbytes(self):
+        return self.rows.data.nbytes + self.rows.indices.nbytes + self.rows.indptr.nbytes
+
+    def similarity(self, queries, start, stop):
+        scores = queries @ self.rows[start:stop].T
+        return scores.toarray() if sparse.issparse(scores) else np.asarray(scores)
+
+    def decode(self, start=0, stop=None):
+        return self.rows[start:stop]
 
 
 class Int8Index:
@@ -152,7 +175,8 @@ def top_k_blocked(queries, corpus, k, block_size):
     """Top-``k`` similarities of each query row over ``corpus``, descending.
 
     ``corpus`` is an index, scored by its ``similarity``, or a 2-D array of
-    rows, scored by inner product. Works through blocks of ``block_size``
+    rows, scored by inner product; ``queries`` are dense rows, or sparse ones
+    for a :class:`SparseIndex`. Works through blocks of ``block_size``
     queries x ``block_size`` corpus rows, keeping a running top-k, so memory
     is O(block_size * (block_size + k)) however large the corpus. Ties are
     broken by the lower corpus index.
@@ -164,13 +188,13 @@ def top_k_blocked(queries, corpus, k, block_size):
     """
     if isinstance(corpus, np.ndarray):
         corpus = FloatIndex(corpus)
-    n_queries = len(queries)
+    n_queries = queries.shape[0]
     scores = np.empty((n_queries, k), dtype=np.float32)
     indices = np.empty((n_queries, k), dtype=np.int64)
     for q_start in range(0, n_queries, block_size):
         block = queries[q_start:q_start + block_size]
-        best_scores = np.full((len(block), 0), -np.inf, dtype=np.float32)
-        best_indices = np.empty((len(block), 0), dtype=np.int64)
+        best_scores = np.full((block.shape[0], 0), -np.inf, dtype=np.float32)
+        best_indices = np.empty((block.shape[0], 0), dtype=np.int64)
         for c_start in range(0, len(corpus), block_size):
             sims = corpus.similarity(block, c_start, min(c_start + block_size, len(corpus)))
             ids = np.broadcast_to(np.arange(c_start, c_start + sims.shape[1]), sims.shape)
@@ -178,6 +202,13 @@ def top_k_blocked(queries, corpus, k, block_size):
             best_indices = np.concatenate([best_indices, ids], axis=1)
             if best_scores.shape[1] > k:
                 keep = np.argpartition(-best_scores, k - 1, axis=1)[:, :k]
+                # Where a score left out equals the lowest one kept (BM25's zeros, repeated
+                # texts), the partition chose among the ties at random: take the lower indices.
+                lowest = np.take_along_axis(best_scores, keep, axis=1).min(axis=1)
+                tied = (best_scores >= lowest[:, None]).sum(axis=1) > k
+                if tied.any():
+                    keep[tied] = np.lexsort((best_indices[tied], -best_scores[tied]),
+                                            axis=1)[:, :k]
                 best_scores = np.take_along_axis(best_scores, keep, axis=1)
                 best_indices = np.take_along_axis(best_indices, keep, axis=1)
         order = np.lexsort((best_indices, -best_scores), axis=1)

@@ -3,12 +3,14 @@
 import numbers
 
 import numpy as np
+from scipy import sparse
 from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
+from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
-from skbert._index import INDEXES, top_k_blocked, unit_rows
+from skbert._index import INDEXES, SparseIndex, top_k_blocked, unit_rows
 from skbert._validation import _checked_items, _items, _where, check_texts, warn_at_caller
 from skbert._words import check_words, frame_rows, reads_words
 
@@ -27,6 +29,42 @@ def _unfrozen(estimator):
     while isinstance(estimator, FrozenEstimator):
         estimator = estimator.estimator
     return estimator
+
+
+def _row_dots(left, right):
+    """The inner product of each row of ``left`` with the same row of ``right``."""
+    if sparse.issparse(left):
+        return np.asarray(left.multiply(right).sum(axis=1)).ravel()
+    return (left * right).sum(axis=1)
+
+
+def fitted_reranker(reranker):
+    """``reranker`` used as it is where it is fitted (or frozen), else a clone fitted with no
+    data (which reads a cross-encoder folder's head); None stays None."""
+    if reranker is None or _prefit(reranker) or _is_fitted(reranker):
+        return reranker
+    return clone(reranker).fit()
+
+
+def reranked(reranker, texts, queries, candidates, k):
+    """The reranker's ``k`` best of each query's first-stage ``candidates`` (their
+    ``(scores, indices)`` into the corpus ``texts``): ``(its scores, descending, as float32;
+    indices)``."""
+    indices = candidates[1]
+    pairs = [(query, texts[j]) for query, row in zip(queries, indices) for j in row]
+    scores = np.asarray(reranker.predict(pairs), dtype=np.float64).reshape(indices.shape)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return (np.take_along_axis(scores, order, axis=1).astype(np.float32),
+            np.take_along_axis(indices, order, axis=1))
+
+
+def without_self(scores, indices):
+    """Each row's ranking of the corpus without the row's own corpus index (query ``i`` is
+    corpus row ``i``), one column fewer: the last column goes where a tie pushed it out."""
+    is_self = indices == np.arange(len(indices))[:, None]
+    is_self[~is_self.any(axis=1), -1] = True
+    shape = (len(indices), indices.shape[1] - 1)
+    return scores[~is_self].reshape(shape), indices[~is_self].reshape(shape)
 
 
 def _is_fitted(estimator):
@@ -62,7 +100,7 @@ def _prefit(vectorizer):
 
 
 class SimilaritySearch(BaseEstimator):
-    """Cosine-similarity search over a corpus of texts or vectors.
+    """Cosine-similarity (or BM25) search over a corpus of texts or vectors.
 
     Parameters
     ----------
@@ -76,7 +114,14 @@ class SimilaritySearch(BaseEstimator):
         the search itself is cloned (``cross_val_score``, ``GridSearchCV``),
         pass ``FrozenEstimator(tuned)``: a clone of a fitted
         FineTunedVectorizer is not fitted, a FrozenEstimator's clone is itself.
-        None means ``fit`` and the queries take vectors (2-D arrays).
+        None means ``fit`` and the queries take vectors (2-D arrays, dense or
+        sparse).
+        A vectorizer of sparse rows searches them exactly (``backend="exact"``,
+        ``precision="float32"``), with nothing dense of the corpus's size: a
+        :class:`~skbert.BM25Vectorizer` by the dot product of its
+        ``transform_queries`` rows with its document rows, which is the BM25
+        score (as for any vectorizer of sparse rows with a ``transform_queries``
+        method); any other (``TfidfVectorizer``) by cosine similarity.
     query_vectorizer : transformer or None, default=None
         Turns query texts into vectors, for models that encode queries and
         documents differently (E5's ``"query: "`` / ``"passage: "``
@@ -209,7 +254,7 @@ class SimilaritySearch(BaseEstimator):
         texts = None
         if self.vectorizer is None:
             self.vectorizer_ = self.query_vectorizer_ = None
-            vectors = check_array(X, dtype=np.float32)
+            vectors = check_array(X, dtype=np.float32, accept_sparse="csr")
         else:
             X = texts = check_texts(X)  # read once: the query vectorizer fits on it too
             if _prefit(self.vectorizer):
@@ -219,15 +264,21 @@ class SimilaritySearch(BaseEstimator):
                 vectors = self.vectorizer_.fit_transform(X)
             self.query_vectorizer_ = (None if self.query_vectorizer is None
                                       else _fitted(self.query_vectorizer, X))
-        self.reranker_ = self.reranker
-        if self.reranker is not None and not (_prefit(self.reranker)
-                                              or _is_fitted(self.reranker)):
-            self.reranker_ = clone(self.reranker).fit()  # reads its folder's head
+        self.reranker_ = fitted_reranker(self.reranker)
         # The texts that mining and the reranker read, as fit read them.
         self._texts = texts
-        unit = unit_rows(vectors)
+        # BM25's rows score by their dot product with query rows of its own; others by cosine.
+        self._dot = sparse.issparse(vectors) and hasattr(self.vectorizer_, "transform_queries")
+        if sparse.issparse(vectors) and (self.backend, self.precision) != ("exact", "float32"):
+            raise ValueError(f"{type(_unfrozen(self.vectorizer_)).__name__} gives sparse rows, "
+                             "which are searched exactly as they are: backend='exact', "
+                             f"precision='float32', not {self.backend!r}, {self.precision!r}.")
+        unit = self._scored_rows(vectors)
         self.n_samples_fit_, self._n_features = unit.shape
-        if self.backend == "faiss":
+        if sparse.issparse(unit):
+            self._index = SparseIndex(unit)
+            self.index_bytes_ = self._index.nbytes
+        elif self.backend == "faiss":
             self._index = _faiss_index(unit)
             self.index_bytes_ = unit.nbytes
         else:
@@ -236,14 +287,31 @@ class SimilaritySearch(BaseEstimator):
             self.index_bytes_ = self._index.nbytes
         return self
 
+    def _scored_rows(self, vectors):
+        """Rows as the index scores them: as they are for a dot product (BM25), else scaled to
+        unit length (cosine), sparse rows kept sparse."""
+        if self._dot:
+            return sparse.csr_matrix(vectors, dtype=np.float32)
+        if sparse.issparse(vectors):
+            return normalize(sparse.csr_matrix(vectors, dtype=np.float32))
+        return unit_rows(vectors)
+
     def _encode(self, X):
-        encoder = self.vectorizer_ if self.query_vectorizer_ is None else self.query_vectorizer_
-        vectors = check_array(X, dtype=np.float32) if encoder is None else encoder.transform(X)
+        if self.query_vectorizer_ is not None:
+            vectors = self.query_vectorizer_.transform(X)
+        elif self._dot:
+            vectors = self.vectorizer_.transform_queries(X)
+        elif self.vectorizer_ is not None:
+            vectors = self.vectorizer_.transform(X)
+        else:
+            vectors = check_array(X, dtype=np.float32, accept_sparse="csr")
         if vectors.shape[1] != self._n_features:
-            source = "Queries" if encoder is None else "The query vectorizer's vectors"
+            source = "Queries" if self.vectorizer_ is None else "The query vectorizer's vectors"
             raise ValueError(f"{source} have {vectors.shape[1]} features, the corpus has "
                              f"{self._n_features}.")
-        return unit_rows(vectors)
+        if isinstance(self._index, SparseIndex):
+            return self._scored_rows(vectors)
+        return unit_rows(vectors.toarray() if sparse.issparse(vectors) else vectors)
 
     def _top_k(self, queries, k):
         if self.backend == "faiss":
@@ -278,7 +346,8 @@ class SimilaritySearch(BaseEstimator):
         -------
         scores : ndarray of shape (n_queries, k), float32
             Descending. Without a reranker, cosine similarities (as
-            ``precision`` and ``rescore`` approximate them). With a
+            ``precision`` and ``rescore`` approximate them), or BM25 scores
+            with a :class:`~skbert.BM25Vectorizer`. With a
             ``reranker``, its own scores of the (query, document) pairs, its
             ``predict``: not cosines; a :class:`~skbert.BertReranker` gives
             them in [0, 1] through a sigmoid activation, unbounded through an
@@ -325,15 +394,7 @@ class SimilaritySearch(BaseEstimator):
         return min(max(k, self.rerank_k), self.n_samples_fit_ - extra)
 
     def _reranked(self, queries, candidates, k):
-        """The reranker's ``k`` best of each query's first-stage ``candidates`` (their
-        ``(scores, indices)``): ``(its scores, descending, as float32; indices)``."""
-        indices = candidates[1]
-        pairs = [(query, self._texts[j]) for query, row in zip(queries, indices) for j in row]
-        scores = np.asarray(self.reranker_.predict(pairs), dtype=np.float64).reshape(
-            indices.shape)
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        return (np.take_along_axis(scores, order, axis=1).astype(np.float32),
-                np.take_along_axis(indices, order, axis=1))
+        return reranked(self.reranker_, self._texts, queries, candidates, k)
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """Nearest neighbours by cosine distance (or by the reranker's score), with
@@ -352,7 +413,9 @@ class SimilaritySearch(BaseEstimator):
         -------
         distances : ndarray of shape (n_queries, n_neighbors)
             Ascending; ``1 - scores`` of :meth:`search`. Without a reranker,
-            cosine distances (1 - cosine similarity, clipped to [0, 2]). With
+            cosine distances (1 - cosine similarity, clipped to [0, 2]), or
+            1 - the BM25 score with a :class:`~skbert.BM25Vectorizer` (not
+            clipped: below 0 for a score above 1). With
             a ``reranker``, 1 - its score of each (query, document) pair, not
             clipped, and not a cosine distance: in [0, 1] for scores in
             [0, 1] (a sigmoid activation), below 0 for scores above 1 (an
@@ -370,22 +433,18 @@ class SimilaritySearch(BaseEstimator):
             scores, indices = self._top_k(self._encode(X), n_first)
         else:
             self._check_k(n_neighbors, "n_neighbors", extra=1)
-            corpus = (self._index.reconstruct_n(0, self.n_samples_fit_) if self.backend == "faiss"
-                      else self._index.decode())
+            if self._dot:  # the corpus's texts as queries
+                corpus = self._encode(self._texts)
+            elif self.backend == "faiss":
+                corpus = self._index.reconstruct_n(0, self.n_samples_fit_)
+            else:
+                corpus = self._index.decode()
             n_first = self._n_candidates(n_neighbors, extra=1) if reranked else n_neighbors
-            scores, indices = self._top_k(corpus, n_first + 1)
-            is_self = indices == np.arange(len(indices))[:, None]
-            # Drop each point itself, or the last column where a tie pushed it out.
-            is_self[~is_self.any(axis=1), -1] = True
-            keep = ~is_self
-            scores = scores[keep].reshape(len(indices), n_first)
-            indices = indices[keep].reshape(len(indices), n_first)
+            scores, indices = without_self(*self._top_k(corpus, n_first + 1))
             X = self._texts
         if reranked:  # 1 - the reranker's score: ascending, as distances are
             scores, indices = self._reranked(X, (scores, indices), n_neighbors)
-            distances = 1.0 - scores
-        else:
-            distances = np.clip(1.0 - scores, 0.0, 2.0)
+        distances = 1.0 - scores if reranked or self._dot else np.clip(1.0 - scores, 0.0, 2.0)
         return (distances, indices) if return_distance else indices
 
     def mine_negatives(self, queries, positives, n_negatives=4, *, range_min=0,
@@ -485,8 +544,8 @@ class SimilaritySearch(BaseEstimator):
         row_of = {query: row for row, query in enumerate(distinct)}
         bounds = np.full(len(queries), np.inf)
         if margin is not None:  # each positive's similarity, encoded as the corpus is
-            similarity = (unit_rows(self.vectorizer_.transform(positives))
-                          * encoded[[row_of[query] for query in queries]]).sum(axis=1)
+            similarity = _row_dots(self._scored_rows(self.vectorizer_.transform(positives)),
+                                   encoded[[row_of[query] for query in queries]])
             bounds = similarity - margin
         if max_score is not None:
             bounds = np.minimum(bounds, max_score)
@@ -529,7 +588,7 @@ class SimilaritySearch(BaseEstimator):
     def __setstate__(self, state):
         # A pickle of 0.1.0: no reranker, no corpus texts.
         for name, default in (("reranker", None), ("rerank_k", 100), ("reranker_", None),
-                              ("_texts", None)):
+                              ("_texts", None), ("_dot", False)):
             if name != "reranker_" or "_index" in state:
                 state.setdefault(name, default)
         super().__setstate__(state)

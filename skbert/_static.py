@@ -30,7 +30,7 @@ from skbert._encoder import _files
 from skbert._encoder._encoding import _encodable
 from skbert._search import _fitted, _is_fitted, _unfrozen
 from skbert._tuned import FineTunedVectorizer
-from skbert._validation import check_texts
+from skbert._validation import check_single_texts
 from skbert._vectorizer import BertVectorizer
 
 # BERT's placeholder tokens ("[unused12]"): in no text, and model2vec leaves them out too.
@@ -219,7 +219,7 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
             If ``X`` is given and empty, or none of its texts has a token
             that counts: refused before the vocabulary's forward passes.
         """
-        texts = None if X is None else _single_texts(X)
+        texts = None if X is None else check_single_texts(X, "StaticVectorizer")
         if texts is not None and not texts:
             raise ValueError("StaticVectorizer.fit got an empty X: give the texts to learn "
                              "the table from, or X=None (fit()) to distill it only.")
@@ -270,7 +270,7 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         X_new : ndarray of shape (n_texts, n_features), float32
         """
         check_is_fitted(self)
-        return self._encode(_single_texts(X))
+        return self._encode(check_single_texts(X, "StaticVectorizer"))
 
     def fit_transform(self, X, y=None):
         """Fit on the texts (see :meth:`fit`), then encode them, reading ``X`` once (it may
@@ -287,7 +287,7 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         -------
         X_new : ndarray of shape (n_texts, n_features), float32
         """
-        texts = _single_texts(X)
+        texts = check_single_texts(X, "StaticVectorizer")
         return self.fit(texts)._encode(texts)
 
     def _encode(self, texts):
@@ -434,14 +434,6 @@ class StaticVectorizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEs
         tags.input_tags.two_d_array = False
         tags.transformer_tags.preserves_dtype = []
         return tags
-
-
-def _single_texts(X):
-    """``X`` checked as texts (read once), text pairs refused."""
-    texts = check_texts(X)
-    if any(isinstance(text, tuple) for text in texts):
-        raise ValueError("StaticVectorizer encodes single texts; text pairs are not supported.")
-    return texts
 
 
 def _checked_bags(tokenizer, texts, counted):

@@ -89,6 +89,15 @@ def check_texts(X):
     return _checked_rows(X, (2,))
 
 
+def check_single_texts(X, who):
+    """As :func:`check_texts`, with text pairs refused in a message that names ``who`` takes
+    single texts."""
+    texts = check_texts(X)
+    if any(isinstance(text, tuple) for text in texts):
+        raise ValueError(f"{who} takes single texts; text pairs are not supported.")
+    return texts
+
+
 # (query, positive) pairs, triplets and tuples of more negatives, as fine-tuners take them.
 TUPLE_WIDTHS = range(2, 66)
 

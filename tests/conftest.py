@@ -5,7 +5,41 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
 import pytest  # noqa: E402
+
+# scikit-learn's estimator checks that need no data (text estimators are skipped by
+# parametrize_with_checks), by name; the transformers' two more.
+DATA_FREE_CHECKS = [
+    "check_no_attributes_set_in_init", "check_parameters_default_constructible",
+    "check_get_params_invariance", "check_set_params", "check_estimator_repr",
+    "check_estimator_cloneable", "check_mixin_order", "check_estimator_tags_renamed",
+    "check_valid_tag_types", "check_do_not_raise_errors_in_init_or_set_params",
+]
+TRANSFORMER_CHECKS = [*DATA_FREE_CHECKS, "check_transformers_unfitted",
+                      "check_get_feature_names_out_error"]
+
+WITHOUT_TORCH = """
+import sys
+class NotInstalled:  # importing torch or transformers raises ImportError
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("torch", "transformers"):
+            raise ImportError(f"No module named {name!r}")
+sys.meta_path.insert(0, NotInstalled())
+"""
+
+
+def run_without_torch(code):
+    """Run ``code`` in a fresh Python in which importing torch or transformers fails, check
+    that it succeeded and imported neither, and return what it printed."""
+    script = WITHOUT_TORCH + code + (
+        "\nassert not any(name.partition('.')[0] in ('torch', 'transformers') "
+        "for name in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 WORDS = (
     "the a an of and to in is was it that for on with as at by from this be are or not "

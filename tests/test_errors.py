@@ -11,7 +11,9 @@ from skbert import (
     BertVectorizer,
     BertWordClassifier,
     BertWordVectorizer,
+    BM25Vectorizer,
     FineTunedVectorizer,
+    HybridSearch,
     PairSimilarity,
     SimilaritySearch,
     StaticVectorizer,
@@ -45,6 +47,14 @@ ESTIMATORS = {
                          lambda estimator: estimator.fit(TEXTS)),
     "PairSimilarity": (lambda model: PairSimilarity(_vectorizer(model)),
                        lambda estimator: estimator.fit(PAIRS)),
+    "HybridSearch": (lambda model: HybridSearch([("bm25", SimilaritySearch(BM25Vectorizer())),
+                                                 ("dense", SimilaritySearch(_vectorizer(model)))]),
+                     lambda estimator: estimator.fit(TEXTS)),
+}
+
+# The same for those that own no encoder.
+NO_MODEL = {
+    "BM25Vectorizer": (lambda model: BM25Vectorizer(), lambda estimator: estimator.fit(TEXTS)),
 }
 
 # (estimator, method, arguments): every method that needs a fitted estimator.
@@ -87,6 +97,11 @@ BEFORE_FIT = [
     ("PairSimilarity", "transform", (PAIRS,)),
     ("PairSimilarity", "score", (PAIRS, [0.0, 1.0])),
     ("PairSimilarity", "get_feature_names_out", ()),
+    ("BM25Vectorizer", "transform", (TEXTS,)),
+    ("BM25Vectorizer", "transform_queries", (TEXTS,)),
+    ("BM25Vectorizer", "get_feature_names_out", ()),
+    ("HybridSearch", "search", (TEXTS,)),
+    ("HybridSearch", "kneighbors", (TEXTS,)),
 ]
 
 
@@ -94,7 +109,7 @@ BEFORE_FIT = [
                          ids=[f"{name}.{method}" for name, method, _ in BEFORE_FIT])
 def test_a_method_before_fit_is_not_fitted_error(tiny_model_dir, tmp_path, name, method,
                                                  arguments):
-    make, _ = ESTIMATORS[name]
+    make, _ = {**ESTIMATORS, **NO_MODEL}[name]
     arguments = [tmp_path / "saved" if argument == "unused" else argument
                  for argument in arguments]
     with pytest.raises(NotFittedError, match=f"This {name} instance is not fitted yet"):

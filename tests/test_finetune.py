@@ -21,6 +21,7 @@ from skbert import BertClassifier, BertRegressor, BertVectorizer
 from skbert._encoder import _loading
 from skbert._train._training import shuffled_batches
 from skbert.datasets import load_stsb, load_trec
+from tests.conftest import DATA_FREE_CHECKS
 
 POSITIVE = ["good movie", "great film", "a great good movie", "good good", "great",
             "the film was good", "great great film", "good and great"]
@@ -446,14 +447,6 @@ def test_unfitted_estimator_raises(tiny_model_dir, Estimator):
 
 
 # --- scikit-learn conventions ------------------------------------------------------------------
-
-DATA_FREE_CHECKS = [
-    "check_no_attributes_set_in_init", "check_parameters_default_constructible",
-    "check_get_params_invariance", "check_set_params", "check_estimator_repr",
-    "check_estimator_cloneable", "check_mixin_order", "check_estimator_tags_renamed",
-    "check_valid_tag_types", "check_do_not_raise_errors_in_init_or_set_params",
-]
-
 
 @pytest.mark.parametrize("check", DATA_FREE_CHECKS)
 @pytest.mark.parametrize("Estimator", [BertClassifier, BertRegressor])

@@ -18,6 +18,7 @@ from sklearn.preprocessing import normalize
 from sklearn.utils import estimator_checks
 
 from skbert import BertVectorizer
+from tests.conftest import TRANSFORMER_CHECKS
 from tests.reference import reference_features
 
 POOLINGS = ["mean", "cls", "max", "mean_sqrt_len", "mean_max", "last"]
@@ -165,16 +166,7 @@ def test_missing_model_directory_is_named(tmp_path):
 
 # --- scikit-learn conventions ------------------------------------------------------------------
 
-DATA_FREE_CHECKS = [
-    "check_no_attributes_set_in_init", "check_parameters_default_constructible",
-    "check_get_params_invariance", "check_set_params", "check_estimator_repr",
-    "check_estimator_cloneable", "check_mixin_order", "check_estimator_tags_renamed",
-    "check_valid_tag_types", "check_do_not_raise_errors_in_init_or_set_params",
-    "check_transformers_unfitted", "check_get_feature_names_out_error",
-]
-
-
-@pytest.mark.parametrize("check", DATA_FREE_CHECKS)
+@pytest.mark.parametrize("check", TRANSFORMER_CHECKS)
 def test_sklearn_data_free_check(tiny_model_dir, check):
     getattr(estimator_checks, check)("BertVectorizer", BertVectorizer(tiny_model_dir))
 

@@ -17,6 +17,7 @@ from sklearn.utils import estimator_checks
 from skbert import BertWordClassifier, BertWordVectorizer
 from skbert._encoder import _loading
 from skbert._train import _training
+from tests.conftest import DATA_FREE_CHECKS
 
 SENTENCES = [s.split() for s in [
     "the cat sat on the mat", "a dog ran to the river", "the big dog runs fast",
@@ -314,12 +315,7 @@ def test_errors(tiny_model_dir, classifier, data):
 
 # --- scikit-learn conventions ------------------------------------------------------------------
 
-@pytest.mark.parametrize("check", [
-    "check_no_attributes_set_in_init", "check_parameters_default_constructible",
-    "check_get_params_invariance", "check_set_params", "check_estimator_repr",
-    "check_estimator_cloneable", "check_mixin_order", "check_estimator_tags_renamed",
-    "check_valid_tag_types", "check_do_not_raise_errors_in_init_or_set_params",
-])
+@pytest.mark.parametrize("check", DATA_FREE_CHECKS)
 def test_sklearn_data_free_check(tiny_model_dir, check):
     getattr(estimator_checks, check)("BertWordClassifier", BertWordClassifier(tiny_model_dir))
 
