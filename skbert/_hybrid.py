@@ -313,6 +313,8 @@ class HybridSearch(_BaseComposition):
                              f"{self.n_samples_fit_ - extra} (the corpus size"
                              f"{' less the query itself' if extra else ''}).")
         weights = self._checked_weights(len(self.searches_))
+        if not len(queries):
+            return np.empty((0, k), dtype=np.float32), np.empty((0, k), dtype=np.int64)
         n_fused = min(max(k, self.rerank_k) if self.reranker_ is not None else k,
                       self.n_samples_fit_ - extra) + extra
         n_ranked = min(max(self.depth, n_fused), self.n_samples_fit_)

@@ -135,6 +135,12 @@ def test_nested_parameters_reach_the_stages_at_the_next_fit():
     assert search.searches[0][1] is not search.searches_[0][1]  # the stages were cloned
 
 
+def test_no_query_gives_empty_arrays():
+    scores, indices = bm25_and_chars().fit(DOCUMENTS).search([], k=3)
+    assert scores.shape == indices.shape == (0, 3)
+    assert scores.dtype == np.float32 and indices.dtype == np.int64
+
+
 def test_kneighbors_of_the_corpus_leaves_each_document_out():
     search = bm25_and_chars(n_neighbors=3).fit(DOCUMENTS)
     distances, indices = search.kneighbors()
