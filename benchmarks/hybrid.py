@@ -121,16 +121,13 @@ def part_bm25(report):
         search = bm25_search().fit(documents)
         return search, search.search(queries, k=10)
 
-    seconds = {"bm25s": [], "skbert": []}
+    seconds, fitted = {"bm25s": [], "skbert": []}, {}
     for _ in range(5):
         for name, run in (("bm25s", theirs), ("skbert", ours)):
             start = time.perf_counter()
-            fitted, _ = run()
+            fitted[name], _ = run()
             seconds[name].append(time.perf_counter() - start)
-            if name == "bm25s":
-                retriever = fitted
-            else:
-                search = fitted
+    retriever, search = fitted["bm25s"], fitted["skbert"]
     tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False,
                             return_ids=False)
     expected = np.stack([retriever.get_scores(query) for query in tokens])

@@ -10,6 +10,7 @@ scikit-learn's ``CountVectorizer`` analyzer; bm25s's order is kept: lowercase,
 split, drop stop words, then stem.
 """
 
+import functools
 import numbers
 
 import numpy as np
@@ -66,31 +67,15 @@ def bm25_weights(counts, lengths, idf, average_length, k1, b, delta, method):
                              shape=counts.shape)
 
 
-class _Words:
-    """The words of a text as bm25s takes them: split, stop words out, then stemmed.
-
-    Each distinct word is looked up once per analyzer (its stem, or None for a stop word),
-    so stemming costs a dictionary lookup a word; the stemmer (PyStemmer's Snowball) is
-    made on first use and never pickled.
-    """
-
-    def __init__(self, tokenize, stop_words, language):
-        self.tokenize, self.stop_words, self.language = tokenize, stop_words, language
-
-    def __call__(self, text):
-        if not hasattr(self, "_stems"):
-            self._stems = _Stems(None if self.language is None
-                                 else snowball_stemmer(self.language).stemWord)
-            self._stems.update(dict.fromkeys(self.stop_words))
-        return [stem for stem in map(self._stems.__getitem__, self.tokenize(text))
-                if stem is not None]
-
-    def __getstate__(self):
-        return {key: value for key, value in self.__dict__.items() if key != "_stems"}
+def _stemmed_words(text, tokenize, stems):
+    """The words of ``text`` as bm25s takes them: split, stop words out (their entry in
+    ``stems`` is None), then stemmed."""
+    return [stem for stem in map(stems.__getitem__, tokenize(text)) if stem is not None]
 
 
 class _Stems(dict):
-    """word -> its stem (the word itself without a stemmer), computed on first lookup."""
+    """word -> its stem (the word itself without a stemmer), computed on first lookup: each
+    distinct word is stemmed once per analyzer, a dictionary lookup after that."""
 
     def __init__(self, stem):
         super().__init__()
@@ -110,7 +95,7 @@ def snowball_stemmer(language):
         raise ImportError(f"stemmer={language!r} needs PyStemmer: pip install "
                           "'skbert[stemmer]'.") from exc
     try:
-        return Stemmer.Stemmer(language, 0)  # no cache of its own: _Words keeps one
+        return Stemmer.Stemmer(language, 0)  # no cache of its own: _Stems is one
     except KeyError:
         raise ValueError(f"stemmer={language!r} is not a Snowball language; PyStemmer knows "
                          f"{sorted(Stemmer.algorithms())}.") from None
@@ -253,10 +238,10 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         if self.analyzer != "word":
             return counter.build_analyzer()
         # Stop words are dropped before stemming (bm25s's order), by the tokenizer.
-        words = _Words(counter.build_tokenizer(), counter.get_stop_words() or frozenset(),
-                       self.stemmer)
-        if self.stemmer is not None:
-            snowball_stemmer(self.stemmer)  # an unknown language or no PyStemmer: say so now
+        stems = _Stems(None if self.stemmer is None else snowball_stemmer(self.stemmer).stemWord)
+        stems.update(dict.fromkeys(counter.get_stop_words() or ()))
+        words = functools.partial(_stemmed_words, tokenize=counter.build_tokenizer(),
+                                  stems=stems)
         return CountVectorizer(lowercase=self.lowercase, tokenizer=words, token_pattern=None,
                                ngram_range=self.ngram_range).build_analyzer()
 
@@ -303,8 +288,9 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         return counts, lengths
 
     def _weights(self, counts, lengths):
-        weights = bm25_weights(counts, lengths, self.idf_, max(self.average_length_, 1e-12),
-                               self.k1, self.b, self.delta, self.method)
+        # A fitted vocabulary has a term, so the average length is above 0.
+        weights = bm25_weights(counts, lengths, self.idf_, self.average_length_, self.k1,
+                               self.b, self.delta, self.method)
         return weights.astype(self.dtype)
 
     def transform(self, X):
@@ -375,7 +361,6 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.string = True
         tags.input_tags.two_d_array = False
-        tags.input_tags.sparse = False
         tags.transformer_tags.preserves_dtype = []
         return tags
 
