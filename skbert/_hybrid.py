@@ -4,11 +4,12 @@ Each first stage is a :class:`skbert.SimilaritySearch` that ranks the corpus
 its own way; :func:`fuse` combines their top ``depth`` of each query by
 reciprocal ranks (Cormack et al. 2009) or by a weighted sum of per-query
 normalized scores (a convex combination, which beats RRF once its weight is
-tuned: Bruch et al. 2023). The fusion's parameters are read at search time,
-so a grid over them searches the fitted stages again without encoding any
-document.
+tuned: Bruch et al. 2023) into one order of the whole corpus, whose first k a
+search returns. The fusion's parameters are read at search time, so a grid
+over them searches the fitted stages again without encoding any document.
 """
 
+import math
 import numbers
 
 import numpy as np
@@ -23,12 +24,26 @@ from skbert._compat import (
     _fit_context,
     validate_parameter_constraints,
 )
-from skbert._search import _fitted, _unfrozen, fitted_reranker, reranked, without_self
+from skbert._search import (
+    _fitted,
+    _unfrozen,
+    fitted_reranker,
+    n_candidates,
+    reranked,
+    without_self,
+)
 from skbert._validation import check_single_texts
 
 
-def fuse(rankings, weights, fusion="convex", normalization="minmax", rrf_k=60, k=10):
-    """One ranking of each query from the rankings of several first stages.
+def fuse(rankings, weights, n_documents, fusion="convex", normalization="minmax", rrf_k=60,
+         k=10, no_match_at_zero=None):
+    """The top ``k`` of one fused ranking of the corpus, for each query.
+
+    Every corpus document gets a fused score: the sum of what each stage
+    gives it, a stage giving a document outside its ranking its floor (below).
+    The documents come in one total order, by score descending then by the
+    lower corpus index, in the float32 scores returned; the first ``k`` of it
+    are returned, so a smaller ``k`` gives the start of a larger one's list.
 
     Parameters
     ----------
@@ -36,66 +51,94 @@ def fuse(rankings, weights, fusion="convex", normalization="minmax", rrf_k=60, k
         Each stage's ranking: arrays of shape (n_queries, depth_s), scores
         descending, corpus indices (unique in a row).
     weights : sequence of float
-        One non-negative weight per stage.
+        One non-negative weight per stage, not all 0; scaled to sum to 1.
+    n_documents : int
+        The corpus size.
     fusion : {"convex", "rrf"}
         "convex": the weighted sum of each stage's scores, normalized per
-        query over the stage's ranking; a document a stage did not rank takes
+        query over the stage's ranking; a document the stage did not rank takes
         that stage's lowest normalized score (0 for "minmax"). "rrf": the
-        weighted sum of ``1 / (rrf_k + rank)``, ranks from 1; a document a stage
-        did not rank takes nothing from it.
+        weighted sum of ``1 / (rrf_k + rank)``, ranks from 1, tied scores
+        sharing the best rank of the tie; a document a stage did not rank,
+        or did not match, takes nothing from it.
     normalization : {"minmax", "zscore"}
         "convex"'s per-query scaling: to [0, 1] (all equal scores: 0), or to
         mean 0 and standard deviation 1 (all equal: 0).
     rrf_k : float
         "rrf"'s rank offset: larger flattens the gap between ranks.
     k : int
-        Documents to return per query: at most the number of distinct
-        documents the stages ranked for that query, for every query.
+        Documents to return per query, at most ``n_documents``.
+    no_match_at_zero : sequence of bool or None
+        For each stage, whether a score of exactly 0 means that it did not
+        match the document (sparse rows with no term in common: BM25,
+        TF-IDF): "rrf" then gives such an entry nothing. "convex" is
+        unaffected (its normalization counts the zeros). None: no stage.
 
     Returns
     -------
     scores : ndarray of shape (n_queries, k), float32
-        The fused scores, descending (ties: the lower corpus index first).
+        The fused scores, descending; equal scores in ascending corpus index.
+        With weights summing to 1, "minmax" scores lie in [0, 1] and "rrf"
+        scores in [0, 1 / (rrf_k + 1)].
     indices : ndarray of shape (n_queries, k), int64
     """
+    from scipy.stats import rankdata
+
+    if not 1 <= k <= n_documents:
+        raise ValueError(f"k={k!r} must be between 1 and the corpus size, {n_documents}.")
+    weights = np.asarray(weights, dtype=np.float64)
+    weights = weights / math.fsum(weights)  # fsum: the same total in any order of the stages
+    if no_match_at_zero is None:
+        no_match_at_zero = [False] * len(rankings)
     n_queries = len(rankings[0][1])
-    rows, documents, parts = [], [], []
-    floor = np.zeros(n_queries)
-    for weight, (scores, indices) in zip(weights, rankings):
-        indices = np.asarray(indices, dtype=np.int64)
+    keys, parts, floors = [], [], []
+    for weight, (scores, indices), zero_is_no_match in zip(weights, rankings,
+                                                           no_match_at_zero):
+        scores, indices = np.asarray(scores, dtype=np.float64), np.asarray(indices, np.int64)
+        kept = np.ones(indices.shape, dtype=bool)
         if fusion == "rrf":
-            part = np.broadcast_to(weight / (rrf_k + np.arange(1, indices.shape[1] + 1)),
-                                   indices.shape)
+            part = weight / (rrf_k + rankdata(-scores, method="min", axis=1))
+            floors.append(np.zeros(n_queries))
+            if zero_is_no_match:
+                kept = scores != 0
         else:
-            normalized = _normalized(np.asarray(scores, dtype=np.float64), normalization)
+            normalized = _normalized(scores, normalization)
             low = normalized.min(axis=1, keepdims=True)
             # Relative to the stage's lowest score, so that a missing document adds nothing;
-            # that lowest score goes to every document of the query through ``floor``.
+            # that lowest score goes to every document of the query through its floor.
             part = weight * (normalized - low)
-            floor += weight * low[:, 0]
-        rows.append(np.repeat(np.arange(n_queries), indices.shape[1]))
-        documents.append(indices.ravel())
-        parts.append(part.ravel())
-    rows, documents = np.concatenate(rows), np.concatenate(documents)
-    n_documents = int(documents.max()) + 1
-    keys, position = np.unique(rows * n_documents + documents, return_inverse=True)
-    sums = np.bincount(position, weights=np.concatenate(parts))
-    key_rows, key_documents = np.divmod(keys, n_documents)
-    sums += floor[key_rows]
-    # Each query's candidates, padded to the longest list, sorted by score then index.
-    counts = np.bincount(key_rows, minlength=n_queries)
-    if counts.min() < k:
-        raise ValueError(f"The first stages ranked {counts.min()} distinct documents for a "
-                         f"query, fewer than k={k}.")
-    width = counts.max()
-    column = np.arange(len(keys)) - np.repeat(np.cumsum(counts) - counts, counts)
-    padded_scores = np.full((n_queries, width), -np.inf)
-    padded_indices = np.full((n_queries, width), np.iinfo(np.int64).max)
-    padded_scores[key_rows, column] = sums
-    padded_indices[key_rows, column] = key_documents
-    order = np.lexsort((padded_indices, -padded_scores), axis=1)[:, :k]
-    return (np.take_along_axis(padded_scores, order, axis=1).astype(np.float32),
-            np.take_along_axis(padded_indices, order, axis=1))
+            floors.append(weight * low[:, 0])
+        keys.append((np.arange(n_queries)[:, None] * n_documents + indices)[kept])
+        parts.append(part[kept])
+    # Each document's parts summed in one order (by value), whatever the order of the stages.
+    keys, parts = np.concatenate(keys), np.concatenate(parts)
+    order = np.lexsort((parts, keys))
+    keys, position = np.unique(keys[order], return_inverse=True)
+    floor = np.sort(floors, axis=0).sum(axis=0)
+    rows, documents = np.divmod(keys, n_documents)
+    sums = (np.bincount(position, weights=parts[order]) + floor[rows]).astype(np.float32)
+    # Parts are >= 0: a candidate scores at least the floor, and one at the floor is in the
+    # same place as a document no stage ranked, by its index.
+    floor = floor.astype(np.float32)
+    above = sums > floor[rows]
+    rows, documents, sums = rows[above], documents[above], sums[above]
+    order = np.lexsort((documents, -sums, rows))
+    rows, documents, sums = rows[order], documents[order], sums[order]
+    counts = np.bincount(rows, minlength=n_queries)
+    column = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    first = column < k
+    scores = np.repeat(floor[:, None], k, axis=1)
+    indices = np.empty((n_queries, k), dtype=np.int64)
+    scores[rows[first], column[first]] = sums[first]
+    indices[rows[first], column[first]] = documents[first]
+    # Then the others by index: the first of the indices below k that are not above the floor
+    # (at most ``count`` of those k are), so that nothing of the corpus's width is built.
+    taken = np.zeros((n_queries, k), dtype=bool)
+    small = documents < k
+    taken[rows[small], documents[small]] = True
+    rest = np.argsort(taken, axis=1, kind="stable")
+    indices[np.arange(k) >= counts[:, None]] = rest[np.arange(k) < (k - counts)[:, None]]
+    return scores, indices
 
 
 def _normalized(scores, normalization):
@@ -113,7 +156,11 @@ class HybridSearch(_BaseComposition):
     corpus (``SimilaritySearch(BM25Vectorizer())``, a bi-encoder
     ``SimilaritySearch(BertVectorizer(model))``, a
     :class:`~skbert.StaticVectorizer` or ``TfidfVectorizer`` one); each ranks
-    its top ``depth`` of a query, and the fusion combines those rankings. On
+    its top ``depth`` of a query, and the fusion combines those rankings into
+    one order of the corpus: every document has a fused score (one that no
+    stage ranked has the lowest, the floor), documents come by score then by
+    the lower corpus index, and ``search(queries, k)`` returns the first ``k``
+    of that order, so a smaller ``k`` gives the start of a larger one's list. On
     SciFact (BEIR test, nDCG@10), BM25 alone (English stemmer, Lucene's stop
     words) scores 0.6863 and the
     all-MiniLM-L6-v2 bi-encoder 0.6451; reciprocal-rank fusion of the two
@@ -135,25 +182,34 @@ class HybridSearch(_BaseComposition):
         The first stages, each with a vectorizer (they search texts). Each is
         cloned and fitted on the corpus at ``fit``; a
         :class:`sklearn.frozen.FrozenEstimator` of one fitted on this same
-        corpus is used as it is.
+        corpus (the same texts in the same order) is used as it is, and one
+        fitted on other documents is refused.
     fusion : {"convex", "rrf"}, default="convex"
         "convex": the weighted sum of each stage's scores, normalized per
         query over its top ``depth`` (``normalization``); a document outside a
         stage's top ``depth`` takes that stage's lowest normalized score there
         (0 for "minmax"). "rrf": reciprocal-rank fusion, the weighted sum of
-        ``1 / (rrf_k + rank)`` over the stages that ranked the document.
-    weights : array-like of shape (n_searches,) or None, default=None
-        Each stage's non-negative weight, in the order of ``searches``; None
-        weighs them equally. Only their ratios change a ranking. Tune them:
-        an untuned equal weight of a weak stage drags a strong one down.
+        ``1 / (rrf_k + rank)`` over the stages that ranked the document, where
+        documents tied in a stage's scores share the best rank of the tie, and
+        a stage over sparse rows (``BM25Vectorizer``, ``TfidfVectorizer``)
+        gives nothing to a document it scored 0 (no term in common), as a
+        stage gives nothing to a document outside its top ``depth``.
+    weights : sequence of float or None, default=None
+        Each stage's non-negative weight, in the order of ``searches`` (a list,
+        tuple or 1-D array; not all 0); None weighs them equally. They are
+        scaled to sum to 1, so only their ratios matter: "minmax" fused scores
+        lie in [0, 1]. Tune them: an untuned equal weight of a weak stage drags
+        a strong one down.
     normalization : {"minmax", "zscore"}, default="minmax"
         "convex"'s per-query scaling of each stage's scores: to [0, 1], or to
         mean 0 and standard deviation 1. Unused by "rrf".
     rrf_k : float, default=60
         "rrf"'s rank offset (60 in Cormack et al.). Unused by "convex".
     depth : int, default=100
-        Documents each stage ranks per query, the candidates of the fusion
-        (more where ``k`` or ``rerank_k`` asks for more).
+        Documents each stage ranks per query (at most the corpus size; at
+        least ``rerank_k`` with a reranker), the candidates of the fusion;
+        whatever ``k`` a search asks for, the rest of the corpus follows them
+        at the floor score, by corpus index.
     n_neighbors : int, default=10
         Default number of neighbours for :meth:`kneighbors`.
     reranker : estimator or None, default=None
@@ -162,7 +218,12 @@ class HybridSearch(_BaseComposition):
         :class:`~skbert.SimilaritySearch`: an unfitted one is cloned and
         fitted with no data, a fitted or frozen one used as it is.
     rerank_k : int, default=100
-        Fused candidates per query that the reranker scores.
+        Fused candidates per query that the reranker scores: the first
+        ``rerank_k`` of the fused order (the first ``k`` where a search asks
+        for more), as in :class:`~skbert.SimilaritySearch`. A search of ``k``
+        up to ``rerank_k`` returns the start of the reranker's order of the
+        same candidates; one of a larger ``k`` reranks the fused first ``k``,
+        which is not the list of ``k = rerank_k`` extended.
 
     Attributes
     ----------
@@ -267,23 +328,21 @@ class HybridSearch(_BaseComposition):
                                         for item in self.searches):
             raise ValueError("searches must be a non-empty list of (name, SimilaritySearch) "
                              f"tuples; got {self.searches!r}.")
-        names = [name for name, _ in self.searches]
-        self._validate_names(names)
-        texts = check_single_texts(X, "HybridSearch")
-        fitted = []
+        self._validate_names([name for name, _ in self.searches])
         for name, search in self.searches:
             inner = _unfrozen(search)
             if not hasattr(inner, "search") or getattr(inner, "vectorizer", None) is None:
                 raise ValueError(f"The search {name!r} ({type(inner).__name__}) must be a "
                                  "SimilaritySearch with a vectorizer: HybridSearch searches "
                                  "texts.")
-            search = _fitted(search, texts)
-            if search.n_samples_fit_ != len(texts):
-                raise ValueError(f"The search {name!r} is used fitted, on "
-                                 f"{search.n_samples_fit_} documents; the corpus has "
-                                 f"{len(texts)}: fit it on this corpus.")
-            fitted.append((name, search))
-        self._checked_weights(len(fitted))
+        # Before any stage is fitted: a mistake here costs no encoding.
+        self._checked_weights(len(self.searches))
+        texts = check_single_texts(X, "HybridSearch")
+        fitted = []
+        for name, search in self.searches:
+            fitted.append((name, _fitted(search, texts)))
+            if fitted[-1][1] is search:  # used as it is: fitted on this corpus?
+                self._check_corpus(name, search, texts)
         self.reranker_ = fitted_reranker(self.reranker)
         self.searches_ = fitted
         self.named_searches_ = Bunch(**dict(fitted))
@@ -291,14 +350,31 @@ class HybridSearch(_BaseComposition):
         self.n_samples_fit_ = len(texts)
         return self
 
+    @staticmethod
+    def _check_corpus(name, search, texts):
+        if search.n_samples_fit_ != len(texts):
+            raise ValueError(f"The search {name!r} is used fitted, on {search.n_samples_fit_} "
+                             f"documents; the corpus has {len(texts)}: fit it on this corpus.")
+        corpus = getattr(_unfrozen(search), "_texts", None)
+        if corpus != texts:  # None: a SimilaritySearch pickled before it kept its texts
+            differs = next((i for i, (a, b) in enumerate(zip(corpus or (), texts)) if a != b), 0)
+            raise ValueError(f"The search {name!r} is used fitted, on other documents than this "
+                             f"corpus: they differ first at document {differs}. Fit it on this "
+                             "corpus.")
+
     def _checked_weights(self, n_searches):
         if self.weights is None:
             return np.ones(n_searches)
-        weights = np.asarray(self.weights, dtype=np.float64)
-        if (weights.shape != (n_searches,) or not np.isfinite(weights).all()
+        try:
+            weights = np.asarray(self.weights, dtype=np.float64)
+        except (TypeError, ValueError):  # a dict, a set, strings: no sequence of numbers
+            weights = None
+        if (weights is None or weights.shape != (n_searches,) or not np.isfinite(weights).all()
                 or (weights < 0).any() or not weights.any()):
-            raise ValueError(f"weights={self.weights!r} must give one finite, non-negative "
-                             f"weight to each of the {n_searches} searches, not all 0.")
+            raise ValueError(f"weights={self.weights!r} must be a sequence (list, tuple, 1-D "
+                             f"array) of {n_searches} finite, non-negative numbers, not all 0, "
+                             "one for each search in the order of searches; or None, equal "
+                             "weights.")
         return weights
 
     def _ranked(self, queries, k, exclude_self=False, name="k"):
@@ -315,15 +391,22 @@ class HybridSearch(_BaseComposition):
         weights = self._checked_weights(len(self.searches_))
         if not len(queries):
             return np.empty((0, k), dtype=np.float32), np.empty((0, k), dtype=np.int64)
-        n_fused = min(max(k, self.rerank_k) if self.reranker_ is not None else k,
-                      self.n_samples_fit_ - extra) + extra
-        n_ranked = min(max(self.depth, n_fused), self.n_samples_fit_)
-        rankings = [search.search(queries, k=n_ranked) for _, search in self.searches_]
-        fused = fuse(rankings, weights, self.fusion, self.normalization, self.rrf_k, n_fused)
+        # As SimilaritySearch: the reranker scores the first max(k, rerank_k) of the fused order
+        # (the stages rank rerank_k at least, so that the fused order has that many candidates).
+        reranking = self.reranker_ is not None
+        n_fused = (n_candidates(k, self.rerank_k, self.n_samples_fit_ - extra) if reranking
+                   else k) + extra
+        depth = min(max(self.depth, self.rerank_k) if reranking else self.depth,
+                    self.n_samples_fit_)
+        rankings = [search.search(queries, k=depth) for _, search in self.searches_]
+        no_match_at_zero = [getattr(_unfrozen(search), "_zero_is_no_match", False)
+                            for _, search in self.searches_]
+        fused = fuse(rankings, weights, self.n_samples_fit_, self.fusion, self.normalization,
+                     self.rrf_k, n_fused, no_match_at_zero)
         if exclude_self:
             fused = without_self(*fused)
-        if self.reranker_ is None:
-            return fused[0][:, :k], fused[1][:, :k]
+        if not reranking:
+            return fused
         return reranked(self.reranker_, self._texts, queries, fused, k)
 
     def search(self, queries, k=10):
@@ -337,11 +420,12 @@ class HybridSearch(_BaseComposition):
         Returns
         -------
         scores : ndarray of shape (n_queries, k), float32
-            Descending. The fused scores: "convex"'s weighted sum of
+            Descending, equal scores in ascending corpus index. The fused
+            scores (weights scaled to sum to 1): "convex"'s weighted sum of
             normalized scores, or "rrf"'s weighted sum of reciprocal ranks;
             with a ``reranker``, its scores of the (query, document) pairs.
         indices : ndarray of shape (n_queries, k), int64
-            Corpus indices.
+            Corpus indices: the first ``k`` of one fused order of the corpus.
         """
         return self._ranked(check_single_texts(queries, "HybridSearch"), k)
 
@@ -361,8 +445,9 @@ class HybridSearch(_BaseComposition):
         -------
         distances : ndarray of shape (n_queries, n_neighbors)
             ``1 - scores`` of :meth:`search`, ascending: not a metric's
-            distance (a fused score is no similarity of two vectors). Only
-            when ``return_distance=True``.
+            distance (a fused score is no similarity of two vectors). In
+            [0, 1] for "minmax" and "rrf"; "zscore" and a reranker's
+            scores may take them below 0. Only when ``return_distance=True``.
         indices : ndarray of shape (n_queries, n_neighbors)
         """
         check_is_fitted(self)

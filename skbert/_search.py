@@ -46,6 +46,12 @@ def fitted_reranker(reranker):
     return clone(reranker).fit()
 
 
+def n_candidates(k, rerank_k, n_documents):
+    """First-stage candidates per query for a reranked top ``k``: ``rerank_k``, more where
+    ``k`` asks for more, at most the ``n_documents`` there are."""
+    return min(max(k, rerank_k), n_documents)
+
+
 def reranked(reranker, texts, queries, candidates, k):
     """The reranker's ``k`` best of each query's first-stage ``candidates`` (their
     ``(scores, indices)`` into the corpus ``texts``): ``(its scores, descending, as float32;
@@ -390,8 +396,13 @@ class SimilaritySearch(BaseEstimator):
         return [self._texts[index] for index in items]
 
     def _n_candidates(self, k, extra=0):
-        """First-stage candidates per query for a reranked top ``k``."""
-        return min(max(k, self.rerank_k), self.n_samples_fit_ - extra)
+        return n_candidates(k, self.rerank_k, self.n_samples_fit_ - extra)
+
+    @property
+    def _zero_is_no_match(self):
+        """Whether a score of exactly 0 says that a document shares no term with the query:
+        first-stage scores of sparse rows (BM25, TF-IDF), not a reranker's."""
+        return isinstance(self._index, SparseIndex) and self.reranker_ is None
 
     def _reranked(self, queries, candidates, k):
         return reranked(self.reranker_, self._texts, queries, candidates, k)

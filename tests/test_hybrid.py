@@ -1,6 +1,7 @@
 """HybridSearch: fused first stages, against a naive fusion loop; its parameters as
 scikit-learn reaches them; a grid over the fusion that encodes no document again."""
 
+import math
 import pickle
 
 import numpy as np
@@ -28,49 +29,104 @@ DOCUMENTS = [
 QUERIES = ["cat on the mat", "falling markets", "dogs in a park", "a good long film"]
 
 
-def naive_fusion(rankings, weights, fusion, normalization, rrf_k):
-    """Each query's fused score of every document its stages ranked, in plain loops."""
+def naive_fusion(rankings, weights, n_documents, fusion, normalization, rrf_k, no_match_at_zero):
+    """Each query's fused score of every corpus document, in plain loops, weights as given."""
     fused = []
     for query in range(len(rankings[0][1])):
-        scores = {}
-        for weight, (stage_scores, stage_indices) in zip(weights, rankings):
-            row, documents = np.asarray(stage_scores[query], float), stage_indices[query]
+        parts = {doc: [] for doc in range(n_documents)}
+        for weight, (stage_scores, stage_indices), zero_is_no_match in zip(
+                weights, rankings, no_match_at_zero):
+            row, documents = [float(score) for score in stage_scores[query]], stage_indices[query]
             if fusion == "rrf":
-                given = {doc: weight / (rrf_k + rank + 1) for rank, doc in enumerate(documents)}
-                missing = 0.0
+                for doc, score in zip(documents, row):
+                    if not (zero_is_no_match and score == 0):
+                        rank = 1 + sum(other > score for other in row)  # a tie's best rank
+                        parts[doc].append(weight / (rrf_k + rank))
+                continue
+            row = np.array(row)
+            if normalization == "minmax":
+                spread = row.max() - row.min()
+                normalized = (row - row.min()) / spread if spread > 0 else row * 0
             else:
-                if normalization == "minmax":
-                    spread = row.max() - row.min()
-                    normalized = (row - row.min()) / spread if spread > 0 else row * 0
-                else:
-                    normalized = (row - row.mean()) / row.std() if row.std() > 0 else row * 0
-                given = {doc: weight * value for doc, value in zip(documents, normalized)}
-                missing = weight * normalized.min()
-            for doc in set().union(*(indices[query] for _, indices in rankings)):
-                scores[doc] = scores.get(doc, 0.0) + given.get(doc, missing)
-        fused.append(scores)
+                normalized = (row - row.mean()) / row.std() if row.std() > 0 else row * 0
+            given = dict(zip(documents, normalized))
+            for doc in parts:
+                parts[doc].append(weight * given.get(doc, normalized.min()))
+        fused.append({doc: math.fsum(values) for doc, values in parts.items()})
     return fused
+
+
+def random_rankings(rng, n_queries, n_documents, depths, zeros=False):
+    """Rankings of random scores with ties (and, with ``zeros``, 0s at their ends)."""
+    rankings = []
+    for depth in depths:
+        indices = np.stack([rng.permutation(n_documents)[:depth] for _ in range(n_queries)])
+        scores = -np.sort(-rng.integers(0, 4, size=(n_queries, depth)) * rng.uniform(0.5, 2),
+                          axis=1)
+        if not zeros:
+            scores[1] = -np.sort(-rng.normal(size=depth))
+        scores[0] = 1.5  # one query whose stage gave every document the same score
+        rankings.append((scores.astype(np.float32), indices))
+    return rankings
 
 
 @pytest.mark.parametrize("fusion, normalization", [("rrf", "minmax"), ("convex", "minmax"),
                                                    ("convex", "zscore")])
-def test_fuse_equals_a_naive_loop(fusion, normalization):
+@pytest.mark.parametrize("seed", range(3))
+def test_fuse_equals_a_naive_loop(fusion, normalization, seed):
+    rng = np.random.default_rng(seed)
+    n_queries, n_documents = 6, 30
+    rankings = random_rankings(rng, n_queries, n_documents, (7, 12, 4), zeros=seed > 0)
+    weights, no_match_at_zero = [0.5, 1.0, 2.0], [True, False, True]
+    expected = naive_fusion(rankings, weights, n_documents, fusion, normalization, 3,
+                            no_match_at_zero)
+    for k in (1, 6, 19, n_documents):
+        scores, indices = fuse(rankings, weights, n_documents, fusion, normalization, rrf_k=3,
+                               k=k, no_match_at_zero=no_match_at_zero)
+        for query, row in enumerate(expected):
+            # Scaled by the weights' sum; equal float32 scores by the lower index.
+            row = {doc: np.float32(score / sum(weights)) for doc, score in row.items()}
+            ranked = sorted(row.items(), key=lambda item: (-item[1], item[0]))[:k]
+            np.testing.assert_array_equal(indices[query], [doc for doc, _ in ranked])
+            np.testing.assert_allclose(scores[query], [score for _, score in ranked],
+                                       rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("normalization", ["minmax", "zscore"])
+def test_convex_fusion_ranks_a_zero_as_any_score(normalization):
     rng = np.random.default_rng(0)
-    n_queries, n_documents = 5, 30
-    rankings = []
-    for depth in (7, 12, 4):
-        indices = np.stack([rng.permutation(n_documents)[:depth] for _ in range(n_queries)])
-        scores = -np.sort(-rng.normal(size=(n_queries, depth)), axis=1)
-        scores[0] = 1.5  # one query whose stage gave every document the same score
-        rankings.append((scores, indices))
-    weights = [0.5, 1.0, 2.0]
-    scores, indices = fuse(rankings, weights, fusion, normalization, rrf_k=3, k=6)
-    expected = naive_fusion(rankings, weights, fusion, normalization, rrf_k=3)
-    for query, row in enumerate(expected):
-        ranked = sorted(row.items(), key=lambda item: (-item[1], item[0]))[:6]
-        np.testing.assert_array_equal(indices[query], [doc for doc, _ in ranked])
-        np.testing.assert_allclose(scores[query], [score for _, score in ranked], rtol=1e-6,
-                                   atol=1e-7)
+    rankings = random_rankings(rng, 6, 30, (7, 12, 4), zeros=True)
+    got = fuse(rankings, [1, 2, 1], 30, "convex", normalization, k=30,
+               no_match_at_zero=[True, True, True])
+    expected = fuse(rankings, [1, 2, 1], 30, "convex", normalization, k=30)
+    for got_part, expected_part in zip(got, expected):
+        np.testing.assert_array_equal(got_part, expected_part)
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "convex"])
+def test_the_fused_order_does_not_follow_the_order_of_the_stages(fusion):
+    # Each document ranked first, second and third once: three equal sums, whose float64
+    # rounding used to order them by the order of the stages ([0, 2, 1] at rrf_k=2).
+    scores = np.array([[3.0, 2.0, 1.0]])
+    rankings = [(scores, np.array([[0, 1, 2]])), (scores, np.array([[1, 2, 0]])),
+                (scores, np.array([[2, 0, 1]]))]
+    for rrf_k in range(10):
+        expected = fuse(rankings, [1, 1, 1], 3, fusion, rrf_k=rrf_k, k=3)
+        assert expected[1].tolist() == [[0, 1, 2]]
+        assert len(set(expected[0][0])) == 1
+        for order in ([2, 0, 1], [1, 2, 0], [2, 1, 0]):
+            got = fuse([rankings[i] for i in order], [1, 1, 1], 3, fusion, rrf_k=rrf_k, k=3)
+            for got_part, expected_part in zip(got, expected):
+                np.testing.assert_array_equal(got_part, expected_part)
+    rng = np.random.default_rng(0)
+    rankings = random_rankings(rng, 6, 30, (7, 12, 4, 9), zeros=True)
+    weights, no_match_at_zero = [0.1, 0.7, 0.2, 0.3], [True, False, True, False]
+    expected = fuse(rankings, weights, 30, fusion, k=30, no_match_at_zero=no_match_at_zero)
+    for order in ([3, 2, 1, 0], [1, 3, 0, 2]):
+        got = fuse([rankings[i] for i in order], [weights[i] for i in order], 30, fusion, k=30,
+                   no_match_at_zero=[no_match_at_zero[i] for i in order])
+        for got_part, expected_part in zip(got, expected):
+            np.testing.assert_array_equal(got_part, expected_part)
 
 
 # Not check_parameters_default_constructible: searches has no default, as VotingClassifier's
@@ -95,8 +151,11 @@ def test_one_stage_with_all_the_weight_ranks_as_that_stage():
     np.testing.assert_array_equal(search.search(QUERIES, k=3)[1], expected)
     rrf = search.set_params(fusion="rrf").search(QUERIES, k=3)
     np.testing.assert_array_equal(rrf[1], expected)
-    np.testing.assert_allclose(rrf[0], np.broadcast_to(1 / (60 + np.arange(1, 4)), (4, 3)),
+    # 1 / (60 + rank) where BM25 matched the document, else 0 (three places here).
+    bm25_scores = bm25.search(QUERIES, k=3)[0]
+    np.testing.assert_allclose(rrf[0], np.where(bm25_scores > 0, 1 / (60 + np.arange(1, 4)), 0),
                                rtol=1e-6)
+    assert (bm25_scores == 0).sum() == 3
 
 
 def test_the_fusion_parameters_apply_at_the_next_search_without_a_fit():
@@ -201,8 +260,9 @@ def test_pickles_search_the_same():
     (lambda: HybridSearch([("vectors", SimilaritySearch())]),
      "The search 'vectors' \\(SimilaritySearch\\) must be a SimilaritySearch with a "
      "vectorizer"),
-    (lambda: bm25_and_chars(weights=[1.0]), "weights=\\[1.0\\] must give one finite, "
-                                            "non-negative weight to each of the 2 searches"),
+    (lambda: bm25_and_chars(weights=[1.0]), "weights=\\[1.0\\] must be a sequence \\(list, "
+                                            "tuple, 1-D array\\) of 2 finite, non-negative "
+                                            "numbers, not all 0"),
     (lambda: bm25_and_chars(weights=[-1.0, 2.0]), "non-negative"),
     (lambda: bm25_and_chars(fusion="max"), "The 'fusion' parameter of HybridSearch must be"),
 ])
@@ -239,3 +299,135 @@ search = pickle.loads(open({str(path)!r}, "rb").read())
 np.testing.assert_array_equal(search.search({QUERIES!r}, k=3)[1], np.load({str(expected)!r}))
 print("ok")
 """).strip() == "ok"
+
+
+# Issue 72's faults, each reproduced at the level a user meets it.
+
+LEXICAL_CORPUS = ["rain in spain", "stock markets", "the cat", "catalog of items"]
+
+
+def test_rrf_gives_nothing_for_a_sparse_stage_score_of_zero():
+    # "cat": BM25 matches document 2 only, the character n-grams 2 and 3. Document 0, which
+    # neither stage matched, took BM25's second rank (zeros listed by index) and outranked 3.
+    search = bm25_and_chars(fusion="rrf").fit(LEXICAL_CORPUS)
+    scores, indices = search.search(["cat"], k=4)
+    assert indices.tolist() == [[2, 3, 0, 1]]
+    np.testing.assert_allclose(scores[0], [1 / 61, 0.5 / 62, 0, 0], rtol=1e-6)
+
+
+def test_a_frozen_stage_fitted_on_another_corpus_of_the_same_size_is_refused():
+    other = ["rain in spain", "stock markets", "dogs bark", "cat naps"]
+    bm25 = SimilaritySearch(BM25Vectorizer()).fit(other)
+    search = HybridSearch([("bm25", FrozenEstimator(bm25)),
+                           ("chars", SimilaritySearch(TfidfVectorizer()))])
+    with pytest.raises(ValueError, match="The search 'bm25' is used fitted, on other documents "
+                                         "than this corpus: they differ first at document 2"):
+        search.fit(LEXICAL_CORPUS)
+
+
+def random_corpus(rng, n_documents):
+    words = ["cat", "dog", "mat", "park", "stock", "fell", "rain", "film", "good", "long"]
+    return [" ".join(rng.choice(words, size=rng.integers(1, 6))) for _ in range(n_documents)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_first_k_of_a_longer_list_is_the_shorter_list(seed):
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.pipeline import make_pipeline
+
+    rng = np.random.default_rng(seed)
+    n_documents = int(rng.integers(5, 12))
+    corpus = random_corpus(rng, n_documents)
+    queries = [*random_corpus(rng, 3), "unseen words only"]
+    dense = make_pipeline(TfidfVectorizer(), TruncatedSVD(n_components=3, random_state=0))
+    search = HybridSearch([
+        ("bm25", SimilaritySearch(BM25Vectorizer(stop_words=None))),
+        ("chars", SimilaritySearch(TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3)))),
+        ("dense", SimilaritySearch(dense)),
+    ], depth=int(rng.integers(1, n_documents)), weights=rng.uniform(0.1, 1, size=3)).fit(corpus)
+    for params in ({"fusion": "rrf"}, {"fusion": "convex", "normalization": "minmax"},
+                   {"fusion": "convex", "normalization": "zscore"}):
+        search.set_params(**params)
+        longest = search.search(queries, k=n_documents)
+        neighbours = search.kneighbors(n_neighbors=n_documents - 1)
+        for k in range(1, n_documents):
+            for got, expected in zip(search.search(queries, k=k), longest):
+                np.testing.assert_array_equal(got, expected[:, :k], err_msg=f"{params} k={k}")
+            for got, expected in zip(search.kneighbors(n_neighbors=k), neighbours):
+                np.testing.assert_array_equal(got, expected[:, :k], err_msg=f"{params} k={k}")
+
+
+def test_the_order_of_the_searches_changes_nothing():
+    stages = [("bm25", SimilaritySearch(BM25Vectorizer())),
+              ("chars", SimilaritySearch(TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 4)))),
+              ("words", SimilaritySearch(TfidfVectorizer()))]
+    weights = [0.3, 0.5, 0.2]
+    for fusion in ("rrf", "convex"):
+        expected = HybridSearch(stages, fusion=fusion, weights=weights, depth=5).fit(DOCUMENTS)
+        expected = expected.search(QUERIES, k=len(DOCUMENTS))
+        for order in ([2, 0, 1], [1, 2, 0], [2, 1, 0]):
+            got = HybridSearch([stages[i] for i in order], fusion=fusion, depth=5,
+                               weights=[weights[i] for i in order]).fit(DOCUMENTS)
+            for got_part, expected_part in zip(got.search(QUERIES, k=len(DOCUMENTS)), expected):
+                np.testing.assert_array_equal(got_part, expected_part)
+
+
+class NeverFitted(TfidfVectorizer):
+    """A vectorizer that fails the test where it is fitted."""
+
+    def fit(self, raw_documents, y=None):
+        raise AssertionError("a stage was fitted before the settings were checked")
+
+    def fit_transform(self, raw_documents, y=None):
+        return self.fit(raw_documents)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"weights": {"first": 1.0, "second": 2.0}},
+     "weights={'first': 1.0, 'second': 2.0} must be a sequence .* of 2 finite, non-negative "
+     "numbers"),
+    ({"weights": [1.0, 2.0, 3.0]}, "of 2 finite, non-negative numbers"),
+    ({"weights": [0.0, 0.0]}, "not all 0"),
+    ({"searches": [("words", SimilaritySearch(NeverFitted())), ("vectors", SimilaritySearch())]},
+     "The search 'vectors' \\(SimilaritySearch\\) must be a SimilaritySearch with a vectorizer"),
+])
+def test_the_settings_are_checked_before_any_stage_is_fitted(settings, message):
+    search = HybridSearch([("words", SimilaritySearch(NeverFitted())),
+                           ("more", SimilaritySearch(NeverFitted()))])
+    with pytest.raises(ValueError, match=message):
+        search.set_params(**settings).fit(DOCUMENTS)
+
+
+def test_the_weights_are_scaled_to_sum_to_one():
+    search = bm25_and_chars(n_neighbors=len(DOCUMENTS) - 1).fit(DOCUMENTS)
+    expected = search.search(QUERIES, k=len(DOCUMENTS))
+    for weights in ([1.0, 1.0], [3.0, 3.0], [0.5, 0.5]):
+        got = search.set_params(weights=weights).search(QUERIES, k=len(DOCUMENTS))
+        for got_part, expected_part in zip(got, expected):
+            np.testing.assert_array_equal(got_part, expected_part)
+    for weights in (None, [5.0, 1.0], [1.0, 5.0]):
+        scores = search.set_params(weights=weights).search(QUERIES, k=len(DOCUMENTS))[0]
+        assert scores.min() >= 0 and scores.max() <= 1
+        assert (search.kneighbors()[0] >= 0).all()
+        assert (search.kneighbors(QUERIES)[0] >= 0).all()
+
+
+def test_with_a_reranker_the_first_k_up_to_rerank_k_are_one_list():
+    search = bm25_and_chars(reranker=LengthReranker(), rerank_k=4, depth=2).fit(DOCUMENTS)
+    longest = search.search(QUERIES, k=4)
+    for k in (1, 2, 3):
+        for got, expected in zip(search.search(QUERIES, k=k), longest):
+            np.testing.assert_array_equal(got, expected[:, :k])
+    # Past rerank_k, the reranker scores the fused top k (each stage ranking rerank_k at
+    # least, 4 here): the list is its order of those.
+    fused = bm25_and_chars(depth=4).fit(DOCUMENTS).search(QUERIES, k=6)[1]
+    got = search.set_params(reranker=LengthReranker()).fit(DOCUMENTS).search(QUERIES, k=6)[1]
+    for row, candidates in zip(got, fused):
+        np.testing.assert_array_equal(row, sorted(candidates, key=lambda j: len(DOCUMENTS[j])))
+
+
+def test_fuse_builds_nothing_of_the_corpus_width():
+    rankings = random_rankings(np.random.default_rng(0), 6, 30, (7, 12), zeros=True)
+    for fusion in ("rrf", "convex"):
+        scores, indices = fuse(rankings, [1, 1], 10**12, fusion, k=40)
+        assert indices.shape == (6, 40) and (indices < 10**12).all()
