@@ -24,7 +24,7 @@ from skbert._compat import (
     validate_parameter_constraints,
 )
 from skbert._search import _fitted, _unfrozen, fitted_reranker, reranked, without_self
-from skbert._validation import check_single_texts
+from skbert._validation import check_corpus_not_empty, check_single_texts
 
 
 def fuse(rankings, weights, fusion="convex", normalization="minmax", rrf_k=60, k=10):
@@ -270,6 +270,7 @@ class HybridSearch(_BaseComposition):
         names = [name for name, _ in self.searches]
         self._validate_names(names)
         texts = check_single_texts(X, "HybridSearch")
+        check_corpus_not_empty(len(texts), "HybridSearch.fit")
         fitted = []
         for name, search in self.searches:
             inner = _unfrozen(search)
