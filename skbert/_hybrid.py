@@ -32,7 +32,7 @@ from skbert._search import (
     reranked,
     without_self,
 )
-from skbert._validation import check_single_texts
+from skbert._validation import check_corpus_not_empty, check_single_texts
 
 
 def fuse(rankings, weights, n_documents, fusion="convex", normalization="minmax", rrf_k=60,
@@ -338,6 +338,7 @@ class HybridSearch(_BaseComposition):
         # Before any stage is fitted: a mistake here costs no encoding.
         self._checked_weights(len(self.searches))
         texts = check_single_texts(X, "HybridSearch")
+        check_corpus_not_empty(len(texts), "HybridSearch.fit")
         fitted = []
         for name, search in self.searches:
             fitted.append((name, _fitted(search, texts)))

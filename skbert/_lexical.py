@@ -19,8 +19,8 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.utils.validation import check_is_fitted
 
-from skbert._compat import Interval, StrOptions, _fit_context
-from skbert._validation import check_single_texts
+from skbert._compat import Interval, StrOptions, _fit_context, check_count_vectorizer
+from skbert._validation import check_corpus_not_empty, check_single_texts
 
 # method -> idf(df, n_documents), as bm25s computes each variant's
 IDF = {
@@ -105,16 +105,24 @@ def _as_is(tokens):
     return tokens
 
 
-class BM25Vectorizer(TransformerMixin, BaseEstimator):
-    """Texts as sparse BM25 rows: the lexical first stage, beside the encoder.
+# auto_wrap_output_keys=None: no set_output, as CountVectorizer has none, so that
+# set_config(transform_output="pandas") leaves the sparse rows alone instead of refusing them.
+class BM25Vectorizer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
+    """BM25 as sparse rows: ``transform`` for documents, ``transform_queries`` for queries.
+
+    The two sides differ, and the BM25 score is their product:
+    :meth:`transform` gives documents as rows of BM25 term weights,
+    :meth:`transform_queries` gives queries as rows of term counts, and
+    ``transform_queries(queries) @ transform(documents).T`` holds the BM25
+    scores (a repeated query word counts twice, as in bm25s and Lucene).
+    Queries given to ``transform`` come out weighted as documents, and their
+    product with the documents is not BM25: no error says so.
+    ``SimilaritySearch(BM25Vectorizer()).fit(corpus)`` calls each side where
+    it belongs and searches by BM25; :class:`~skbert.HybridSearch` fuses it
+    with a dense search.
 
     ``fit(corpus)`` learns the vocabulary, each term's document frequency and
-    the average document length. :meth:`transform` gives documents as rows of
-    BM25 term weights and :meth:`transform_queries` gives queries as rows of
-    term counts, so that ``transform_queries(queries) @ transform(documents).T``
-    holds the BM25 scores (a repeated query word counts twice, as in bm25s and
-    Lucene). ``SimilaritySearch(BM25Vectorizer()).fit(corpus)`` searches by
-    BM25; :class:`~skbert.HybridSearch` fuses it with a dense search.
+    the average document length: the lexical first stage, beside the encoder.
 
     The words are those of scikit-learn's ``CountVectorizer`` with the same
     parameters, with stop words dropped before stemming (bm25s's order). On
@@ -232,9 +240,7 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         if self.stemmer is not None and self.analyzer != "word":
             raise ValueError(f"stemmer={self.stemmer!r} stems words: it needs analyzer='word', "
                              f"not {self.analyzer!r}.")
-        counter = CountVectorizer(lowercase=self.lowercase, stop_words=self.stop_words,
-                                  token_pattern=self.token_pattern, ngram_range=self.ngram_range,
-                                  analyzer=self.analyzer, tokenizer=self.tokenizer)
+        counter = self._count_vectorizer()
         if self.analyzer != "word":
             return counter.build_analyzer()
         # Stop words are dropped before stemming (bm25s's order), by the tokenizer.
@@ -245,19 +251,25 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         return CountVectorizer(lowercase=self.lowercase, tokenizer=words, token_pattern=None,
                                ngram_range=self.ngram_range).build_analyzer()
 
+    def _count_vectorizer(self):
+        """The CountVectorizer whose words these are: its parameters are this one's."""
+        return CountVectorizer(lowercase=self.lowercase, stop_words=self.stop_words,
+                               token_pattern=self.token_pattern, ngram_range=self.ngram_range,
+                               analyzer=self.analyzer, tokenizer=self.tokenizer)
+
     def _counts(self, X, vocabulary=None):
         """Term counts of the texts ``X`` (CSR) and each one's number of terms, in one pass."""
         analyze, lengths = self.build_analyzer(), []
 
         def analyzed(texts):
             for text in texts:
-                terms = analyze(text)
+                terms = list(analyze(text))  # a callable analyzer may give any iterable
                 lengths.append(len(terms))
                 yield terms
 
         counter = CountVectorizer(analyzer=_as_is, vocabulary=vocabulary, lowercase=False,
                                   dtype=np.int64)
-        counts = counter.fit_transform(analyzed(check_single_texts(X, "BM25Vectorizer")))
+        counts = counter.fit_transform(analyzed(X))
         return counts, np.asarray(lengths, dtype=np.float64), counter.vocabulary_
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -279,7 +291,11 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         return self
 
     def _fit(self, X):
-        counts, lengths, vocabulary = self._counts(X)  # CountVectorizer refuses no terms
+        # CountVectorizer.fit's checks of these parameters, and its warnings, once per fit.
+        check_count_vectorizer(self._count_vectorizer())
+        texts = check_single_texts(X, "BM25Vectorizer")
+        check_corpus_not_empty(len(texts), "BM25Vectorizer.fit")
+        counts, lengths, vocabulary = self._counts(texts)  # CountVectorizer refuses no terms
         document_frequency = np.bincount(counts.indices, minlength=counts.shape[1])
         self.n_documents_ = counts.shape[0]
         self.idf_ = IDF[self.method](document_frequency.astype(np.float64), self.n_documents_)
@@ -294,11 +310,14 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         return weights.astype(self.dtype)
 
     def transform(self, X):
-        """Documents as rows of BM25 term weights.
+        """Documents as rows of BM25 term weights; queries go to :meth:`transform_queries`.
 
         A document's weights use its own length and the fitted idf and
         average length, so documents outside the fitted corpus score as if
-        they had been in it, with the corpus's statistics.
+        they had been in it, with the corpus's statistics. Queries given
+        here come out weighted as documents, whose product with document
+        rows is not the BM25 score: :meth:`transform_queries` gives the
+        query side.
 
         Parameters
         ----------
@@ -309,11 +328,12 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         weights : sparse matrix (CSR) of shape (n_samples, n_features)
         """
         check_is_fitted(self)
-        return self._weights(*self._counts(X, self.vocabulary_)[:2])
+        return self._weights(*self._counts(check_single_texts(X, "BM25Vectorizer"),
+                                           self.vocabulary_)[:2])
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit_transform(self, X, y=None):
-        """Fit on the corpus and give its rows, reading and analyzing ``X`` once.
+        """Fit on the corpus and give its document rows (:meth:`transform`'s), reading X once.
 
         Parameters
         ----------
@@ -328,8 +348,12 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         return self._weights(*self._fit(X))
 
     def transform_queries(self, X):
-        """Queries as rows of term counts: a query row times a document row of
-        :meth:`transform` is the document's BM25 score for the query.
+        """Queries as rows of term counts; documents go to :meth:`transform`.
+
+        A query row times a document row of :meth:`transform` is the
+        document's BM25 score for the query. Documents given here come out
+        as counts, without BM25's weights: :meth:`transform` gives the
+        document side.
 
         Parameters
         ----------
@@ -340,7 +364,8 @@ class BM25Vectorizer(TransformerMixin, BaseEstimator):
         counts : sparse matrix (CSR) of shape (n_queries, n_features)
         """
         check_is_fitted(self)
-        return self._counts(X, self.vocabulary_)[0].astype(self.dtype)
+        return self._counts(check_single_texts(X, "BM25Vectorizer"),
+                            self.vocabulary_)[0].astype(self.dtype)
 
     def get_feature_names_out(self, input_features=None):
         """The terms, one per column.

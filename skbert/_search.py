@@ -11,7 +11,14 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
 from skbert._index import INDEXES, SparseIndex, top_k_blocked, unit_rows
-from skbert._validation import _checked_items, _items, _where, check_texts, warn_at_caller
+from skbert._validation import (
+    _checked_items,
+    _items,
+    _where,
+    check_corpus_not_empty,
+    check_texts,
+    warn_at_caller,
+)
 from skbert._words import check_words, frame_rows, reads_words
 
 
@@ -71,6 +78,26 @@ def without_self(scores, indices):
     is_self[~is_self.any(axis=1), -1] = True
     shape = (len(indices), indices.shape[1] - 1)
     return scores[~is_self].reshape(shape), indices[~is_self].reshape(shape)
+
+
+def _vectors(X, whose):
+    """``X`` as float32 vectors, dense or CSR, for a search without a vectorizer; texts are
+    refused with the way to search them. ``whose`` names the input in the message."""
+    try:
+        return check_array(X, dtype=np.float32, accept_sparse="csr", ensure_min_samples=0)
+    except ValueError:
+        try:  # the first cell, of a DataFrame too (iterating over one gives its column names)
+            first = np.asarray(X, dtype=object).ravel()[:1].tolist()
+        except (TypeError, ValueError):
+            first = []
+        if not (first and isinstance(first[0], str)):
+            raise
+        first = first[0]
+        raise ValueError(
+            f"{whose} vectors (a 2-D array or sparse matrix), not texts such as {str(first)!r}: "
+            "to search texts, fit a search with a vectorizer on the corpus texts, e.g. "
+            "SimilaritySearch(BertVectorizer(model)) or SimilaritySearch(BM25Vectorizer())."
+        ) from None
 
 
 def _is_fitted(estimator):
@@ -260,9 +287,11 @@ class SimilaritySearch(BaseEstimator):
         texts = None
         if self.vectorizer is None:
             self.vectorizer_ = self.query_vectorizer_ = None
-            vectors = check_array(X, dtype=np.float32, accept_sparse="csr")
+            vectors = _vectors(X, "SimilaritySearch without a vectorizer takes")
+            check_corpus_not_empty(vectors.shape[0], "SimilaritySearch.fit")
         else:
             X = texts = check_texts(X)  # read once: the query vectorizer fits on it too
+            check_corpus_not_empty(len(texts), "SimilaritySearch.fit")
             if _prefit(self.vectorizer):
                 self.vectorizer_, vectors = self.vectorizer, self.vectorizer.transform(X)
             else:
@@ -276,7 +305,9 @@ class SimilaritySearch(BaseEstimator):
         # BM25's rows score by their dot product with query rows of its own; others by cosine.
         self._dot = sparse.issparse(vectors) and hasattr(self.vectorizer_, "transform_queries")
         if sparse.issparse(vectors) and (self.backend, self.precision) != ("exact", "float32"):
-            raise ValueError(f"{type(_unfrozen(self.vectorizer_)).__name__} gives sparse rows, "
+            source = ("The sparse input X" if self.vectorizer_ is None
+                      else type(_unfrozen(self.vectorizer_)).__name__)
+            raise ValueError(f"{source} gives sparse rows, "
                              "which are searched exactly as they are: backend='exact', "
                              f"precision='float32', not {self.backend!r}, {self.precision!r}.")
         unit = self._scored_rows(vectors)
@@ -310,7 +341,8 @@ class SimilaritySearch(BaseEstimator):
         elif self.vectorizer_ is not None:
             vectors = self.vectorizer_.transform(X)
         else:
-            vectors = check_array(X, dtype=np.float32, accept_sparse="csr")
+            vectors = _vectors(X, "SimilaritySearch was fitted without a vectorizer: its "
+                                  "queries are")
         if vectors.shape[1] != self._n_features:
             source = "Queries" if self.vectorizer_ is None else "The query vectorizer's vectors"
             raise ValueError(f"{source} have {vectors.shape[1]} features, the corpus has "

@@ -98,6 +98,13 @@ def check_single_texts(X, who):
     return texts
 
 
+def check_corpus_not_empty(n_documents, who):
+    """Refuse a corpus of ``n_documents`` 0 at ``who`` (``"SimilaritySearch.fit"``): fitted on
+    nothing, a search would fail only at its first query, with a ``k`` out of a range of 0."""
+    if n_documents == 0:
+        raise ValueError(f"{who} got an empty corpus: give at least one document.")
+
+
 # (query, positive) pairs, triplets and tuples of more negatives, as fine-tuners take them.
 TUPLE_WIDTHS = range(2, 66)
 

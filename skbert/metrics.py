@@ -381,6 +381,20 @@ def _check_doc_ids(doc_ids):
     return doc_ids
 
 
+def _check_judged_in_corpus(judged, doc_ids):
+    """Refuse qrels none of whose judged documents is among ``doc_ids``: every score would be
+    0.0 for ids of two kinds (BEIR's str ``"12"`` against a row number 12), not for the search.
+    Some judged documents outside the corpus are normal (a part of a collection indexed)."""
+    judged_ids = [doc_id for judgments in judged.values() for doc_id in judgments]
+    if set(doc_ids).isdisjoint(judged_ids):
+        ours, theirs = judged_ids[0], doc_ids[0]
+        raise ValueError(
+            f"qrels judge documents such as {ours!r} ({type(ours).__name__}); none is among "
+            f"doc_ids, such as {theirs!r} ({type(theirs).__name__}): give doc_ids as the ids "
+            "that qrels uses, one per corpus row."
+        )
+
+
 def _run_from_search(scores, indices, query_ids, doc_ids, k):
     """Turn ``search`` output into a run dict, checking shapes and index ranges."""
     if len(scores) != len(query_ids) or len(indices) != len(query_ids):
@@ -462,8 +476,9 @@ def evaluate_retrieval(search, queries, qrels, doc_ids, k_values=(1, 10, 100)):
     ValueError
         If a cut-off is not an integer >= 1, ``qrels`` is empty or has no
         relevant document, a judged query has no text in ``queries``,
-        ``doc_ids`` is empty or does not match the corpus, or ``search``
-        returns output of the wrong shape.
+        ``doc_ids`` is empty or does not match the corpus, no document that
+        ``qrels`` judges is among ``doc_ids`` (ids of another type: ``"12"``
+        against ``12``), or ``search`` returns output of the wrong shape.
     TypeError
         If ``search`` has no ``search`` method.
 
@@ -492,6 +507,7 @@ def evaluate_retrieval(search, queries, qrels, doc_ids, k_values=(1, 10, 100)):
     judged = _check_qrels(qrels)
     texts = _check_queries(queries)
     doc_ids = _check_doc_ids(doc_ids)
+    _check_judged_in_corpus(judged, doc_ids)
     if not callable(getattr(search, "search", None)):
         raise TypeError("search must be a fitted search object with a method "
                         f"search(texts, k=...), got {type(search).__name__}.")

@@ -6,6 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
+import sklearn
 from sklearn.base import BaseEstimator, clone
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.frozen import FrozenEstimator
@@ -198,6 +199,22 @@ def test_no_query_gives_empty_arrays():
     scores, indices = bm25_and_chars().fit(DOCUMENTS).search([], k=3)
     assert scores.shape == indices.shape == (0, 3)
     assert scores.dtype == np.float32 and indices.dtype == np.int64
+
+
+@pytest.mark.parametrize("corpus", [[], iter([])])
+def test_an_empty_corpus_is_refused_at_fit_by_name(corpus):
+    with pytest.raises(ValueError, match=r"^HybridSearch\.fit got an empty corpus: give at "
+                                         "least one document"):
+        bm25_and_chars().fit(corpus)
+
+
+def test_the_pandas_output_config_changes_nothing_with_a_bm25_stage():
+    pytest.importorskip("pandas")
+    expected = bm25_and_chars().fit(DOCUMENTS).kneighbors(QUERIES, n_neighbors=3)
+    with sklearn.config_context(transform_output="pandas"):
+        got = bm25_and_chars().fit(DOCUMENTS).kneighbors(QUERIES, n_neighbors=3)
+    for got_one, expected_one in zip(got, expected):
+        np.testing.assert_array_equal(got_one, expected_one)
 
 
 def test_kneighbors_of_the_corpus_leaves_each_document_out():

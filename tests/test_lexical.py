@@ -2,10 +2,13 @@
 
 import json
 import pickle
+import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+import sklearn
 from scipy import sparse
 from sklearn.base import clone
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
@@ -170,11 +173,29 @@ def test_a_stemming_vectorizer_pickles_without_its_stemmer():
                                   vectorizer.transform_queries(["running cats"]).toarray())
 
 
-def test_pandas_output_is_refused_as_scikit_learn_refuses_it():
+def test_the_pandas_output_config_leaves_the_sparse_rows_as_count_vectorizer_does():
     pytest.importorskip("pandas")
-    vectorizer = BM25Vectorizer().set_output(transform="pandas").fit(DOCUMENTS)
-    with pytest.raises(ValueError, match="sparse"):
-        vectorizer.transform(DOCUMENTS)
+    labels = [0, 0, 1, 1, 0, 0]
+    vectorizer = BM25Vectorizer().fit(DOCUMENTS)
+    pipeline = make_pipeline(BM25Vectorizer(), LogisticRegression()).fit(DOCUMENTS, labels)
+    search = SimilaritySearch(BM25Vectorizer()).fit(DOCUMENTS)
+    expected = (vectorizer.transform(DOCUMENTS), vectorizer.transform_queries(QUERIES),
+                pipeline.predict_proba(QUERIES), *search.search(QUERIES, k=3))
+    with sklearn.config_context(transform_output="pandas"):
+        # No set_output, as CountVectorizer and TfidfVectorizer have none: the global
+        # setting leaves sparse rows alone instead of refusing them.
+        assert hasattr(BM25Vectorizer(), "set_output") == hasattr(CountVectorizer(),
+                                                                  "set_output")
+        bm25 = BM25Vectorizer()
+        rows, query_rows = bm25.fit_transform(DOCUMENTS), bm25.transform_queries(QUERIES)
+        pipeline = make_pipeline(BM25Vectorizer(), LogisticRegression()).fit(DOCUMENTS, labels)
+        got = (rows, query_rows, pipeline.predict_proba(QUERIES),
+               *SimilaritySearch(BM25Vectorizer()).fit(DOCUMENTS).search(QUERIES, k=3))
+    assert sparse.issparse(got[0]) and sparse.issparse(got[1])
+    for got_one, expected_one in zip(got, expected):
+        got_one, expected_one = (np.asarray(value.toarray() if sparse.issparse(value) else value)
+                                 for value in (got_one, expected_one))
+        np.testing.assert_array_equal(got_one, expected_one)
 
 
 def test_grid_search_over_k1_b_and_stemmer():
@@ -210,6 +231,51 @@ def test_bad_input_says_what_is_wrong():
         BM25Vectorizer().fit("one string")
     with pytest.raises(ValueError, match="empty vocabulary"):
         BM25Vectorizer(stop_words="english").fit(["the", "a an"])
+
+
+@pytest.mark.parametrize("corpus", [[], iter([])])
+def test_an_empty_corpus_is_refused_at_fit_by_name(corpus):
+    with pytest.raises(ValueError, match=r"^BM25Vectorizer\.fit got an empty corpus: give at "
+                                         "least one document"):
+        BM25Vectorizer().fit(corpus)
+    with pytest.raises(ValueError, match=r"^BM25Vectorizer\.fit got an empty corpus"):
+        BM25Vectorizer().fit_transform([])
+
+
+def test_a_reversed_ngram_range_is_refused_as_count_vectorizer_refuses_it():
+    with pytest.raises(ValueError) as theirs:
+        CountVectorizer(ngram_range=(2, 1)).fit(DOCUMENTS)
+    for method in ("fit", "fit_transform"):
+        with pytest.raises(ValueError, match=re.escape(str(theirs.value))):
+            getattr(BM25Vectorizer(ngram_range=(2, 1)), method)(DOCUMENTS)
+
+
+def test_a_callable_analyzer_may_return_any_iterable_as_in_count_vectorizer():
+    def words(text):
+        return (word for word in text.lower().split() if len(word) > 2)
+
+    ours = BM25Vectorizer(analyzer=words).fit(DOCUMENTS)
+    theirs = CountVectorizer(analyzer=words).fit(DOCUMENTS)
+    assert ours.vocabulary_ == theirs.vocabulary_
+    np.testing.assert_array_equal(ours.transform_queries(QUERIES).toarray(),
+                                  theirs.transform(QUERIES).toarray())
+    listed = BM25Vectorizer(analyzer=lambda text: list(words(text))).fit(DOCUMENTS)
+    assert ours.average_length_ == listed.average_length_
+    np.testing.assert_array_equal(ours.transform(DOCUMENTS).toarray(),
+                                  listed.transform(DOCUMENTS).toarray())
+
+
+@pytest.mark.parametrize("settings", [dict(stop_words=["The", "cat"]),
+                                      dict(tokenizer=str.split)])
+def test_count_vectorizers_warnings_about_its_settings_come_at_fit(settings):
+    with pytest.warns(UserWarning) as theirs:
+        CountVectorizer(**settings).fit(DOCUMENTS)
+    for message in {str(warning.message) for warning in theirs}:
+        with pytest.warns(UserWarning, match=re.escape(message)):
+            ours = BM25Vectorizer(**settings).fit(DOCUMENTS)
+    with warnings.catch_warnings():  # once, at fit, as CountVectorizer warns once
+        warnings.simplefilter("error")
+        ours.transform(DOCUMENTS), ours.transform_queries(QUERIES)
 
 
 def test_similarity_search_ranks_by_bm25_on_sparse_rows():

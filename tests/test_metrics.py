@@ -434,6 +434,22 @@ def test_evaluate_retrieval_doc_ids_length_mismatch():
         evaluate_retrieval(FakeSearch(RANKINGS), QUERIES, QRELS, CORPUS_IDS[:4])
 
 
+def test_evaluate_retrieval_refuses_qrels_that_judge_no_corpus_document():
+    # int row ids against BEIR's str doc ids would score 0.0, as if the search found nothing.
+    search = FakeSearch(RANKINGS)
+    with pytest.raises(ValueError, match=r"^qrels judge documents such as 'd0' \(str\); none "
+                                         r"is among doc_ids, such as 0 \(int\)"):
+        evaluate_retrieval(search, QUERIES, QRELS, list(range(5)))
+    assert search.calls == []  # refused before searching
+    with pytest.raises(ValueError, match=r"such as 0 \(int\); none is among doc_ids, such as "
+                                         r"'0' \(str\)"):
+        evaluate_retrieval(search, QUERIES, {"q1": {0: 1, 4: 0}}, [str(i) for i in range(5)])
+    # Some judged documents outside the corpus are normal (a subset of it was indexed).
+    partial = evaluate_retrieval(search, QUERIES, {"q1": {"d0": 1, "gone": 1}}, CORPUS_IDS,
+                                 k_values=(5,))
+    assert partial["recall@5"] == 0.5
+
+
 def test_evaluate_retrieval_malformed_search_output():
     class WrongRows:
         def search(self, texts, k):

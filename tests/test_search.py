@@ -6,9 +6,11 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import sparse
 from scipy.stats import spearmanr
 from sklearn.base import BaseEstimator
 from sklearn.decomposition import PCA
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, TunedThresholdClassifierCV
 from sklearn.neighbors import NearestNeighbors
@@ -85,6 +87,50 @@ def test_errors(vectors):
         search.search(np.ones((2, 3)))
     with pytest.raises(ValueError, match="The 'backend' parameter of SimilaritySearch"):
         SimilaritySearch(backend="annoy").fit(corpus)
+
+
+@pytest.mark.parametrize("make_corpus", [
+    lambda: [], lambda: iter([]), lambda: np.empty((0, 16)), lambda: sparse.csr_matrix((0, 16)),
+])
+def test_an_empty_corpus_is_refused_at_fit_by_name(tiny_model_dir, make_corpus):
+    vectors = isinstance(make_corpus(), np.ndarray) or sparse.issparse(make_corpus())
+    searches = [SimilaritySearch()] if vectors else [SimilaritySearch(BertVectorizer(
+        tiny_model_dir)), SimilaritySearch(TfidfVectorizer())]
+    for search in searches:
+        with pytest.raises(ValueError, match=r"^SimilaritySearch\.fit got an empty corpus: "
+                                             "give at least one document"):
+            search.fit(make_corpus())
+
+
+@pytest.mark.parametrize("texts_given", [["a cat", "a dog"], np.array(["a cat", "a dog"]),
+                                         pd.Series(["a cat", "a dog"]), "a cat",
+                                         pd.DataFrame({"text": ["a cat", "a dog"]})])
+def test_texts_without_a_vectorizer_say_how_to_give_a_vectorizer(vectors, texts_given):
+    advice = (r"vectors \(a 2-D array or sparse matrix\), not texts such as 'a cat'.*"
+              r"SimilaritySearch\(BertVectorizer\(model\)\) or "
+              r"SimilaritySearch\(BM25Vectorizer\(\)\)")
+    with pytest.raises(ValueError, match="SimilaritySearch without a vectorizer takes " + advice):
+        SimilaritySearch().fit(texts_given)
+    search = SimilaritySearch().fit(vectors[0])
+    with pytest.raises(ValueError, match="SimilaritySearch was fitted without a vectorizer: "
+                                         "its queries are " + advice):
+        search.search(texts_given, k=2)
+    with pytest.raises(ValueError, match="its queries are " + advice):
+        search.kneighbors(texts_given)
+
+
+@pytest.mark.parametrize("no_queries", [np.empty((0, 16)), sparse.csr_matrix((0, 16))])
+def test_no_query_vectors_give_empty_arrays_as_no_query_texts_do(vectors, no_queries):
+    scores, indices = SimilaritySearch().fit(vectors[0]).search(no_queries, k=3)
+    assert scores.shape == indices.shape == (0, 3)
+    assert scores.dtype == np.float32 and indices.dtype == np.int64
+
+
+@pytest.mark.parametrize("settings", [dict(precision="int8"), dict(backend="faiss")])
+def test_sparse_vectors_are_refused_naming_the_input(settings):
+    with pytest.raises(ValueError, match="The sparse input X gives sparse rows, which are "
+                                         "searched exactly"):
+        SimilaritySearch(**settings).fit(sparse.random(5, 4, density=0.5, format="csr"))
 
 
 def test_text_corpus_with_a_pipeline_vectorizer_and_joblib(tiny_model_dir, texts, tmp_path):
