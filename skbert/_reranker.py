@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from skbert._base import EncoderMixin
 from skbert._compat import Interval, StrOptions, _fit_context
-from skbert._docs import LORA
+from skbert._docs import LORA, shared
 from skbert._encoder import _engines, _files, _loading
 from skbert._encoder._encoding import TOKENIZER_LOCK, _model_inputs, tokenize
 from skbert._encoder._features import Extraction
@@ -121,6 +121,7 @@ def _tuple_pairs(columns):
     return pairs, np.tile(np.eye(1, len(columns) - 1)[0], len(columns[0]))
 
 
+@shared({"lora": LORA})
 class BertReranker(TunedPersistence, EncoderMixin, BaseEstimator):
     """A cross-encoder: one relevance score per (query, document) pair.
 
@@ -183,7 +184,7 @@ class BertReranker(TunedPersistence, EncoderMixin, BaseEstimator):
         cached features of the encoder as loaded (any ``backend``); "lora"
         trains low-rank adapters beside the shared weights (``pip install
         'skbert[peft]'``).
-    """ + LORA + """
+    %(lora)s
     epochs : int, default=1
         Passes over the training pairs or tuples.
     batch_size : int, default=16
@@ -220,8 +221,11 @@ class BertReranker(TunedPersistence, EncoderMixin, BaseEstimator):
         train (the trainer's recipe), and 1e-2 for a fresh head alone
         (``freeze="all"``): at 2e-5 a fresh head stays where it started
         (dev Spearman 0.04 there, 0.18 at 1e-3 and 1e-2, 0.20 at 3e-2). A
-        pretrained head (a cross-encoder folder's) always trains at
-        ``learning_rate``.
+        pretrained head (a cross-encoder folder's) is no random start: for
+        it "auto" is ``learning_rate``'s resolved value under every
+        ``freeze``, "all" included (2e-5 where ``learning_rate`` is "auto").
+        A float given here is the head's rate in every case, a pretrained
+        head's included.
     warmup : float, default=0.1
         Share of the steps over which the learning rate rises linearly from
         0; it then falls linearly to 0.

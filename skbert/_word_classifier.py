@@ -105,10 +105,12 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
     warmup : float, default=0.1
         Fraction of the steps over which the learning rate rises from 0.
     max_length : int or None, default=None
-        Tokens per window, special tokens included (None: the tokenizer's
-        ``model_max_length``, within what the position embeddings hold); a
-        longer sentence is read in windows centred on its targets, as
-        BertWordVectorizer reads it.
+        Tokens per window, special tokens included; None and a longer
+        sentence are as for :class:`skbert.BertWordVectorizer` (None: a
+        sentence-transformers folder's ``max_seq_length``, else the
+        tokenizer's ``model_max_length``, capped at what the position
+        embeddings hold; a longer sentence is read in windows centred on its
+        targets).
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes in the loss, as in
         :class:`sklearn.linear_model.LogisticRegression`.

@@ -40,12 +40,18 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
     norm : {"l1", "l2", "max"} or None, default=None
         Row normalization, exactly as :func:`sklearn.preprocessing.normalize`.
     max_length : int or None, default=None
-        Tokens per window, special tokens included (None: the tokenizer's
-        ``model_max_length``, within what the position embeddings hold). A
-        sentence longer than a window is read in the window of its tokens
-        centred on the target (shifted to the sentence's start or end
-        where centring would pass them): the target's subwords are never
-        cut, and a target longer than a window alone is an error.
+        Tokens per window, special tokens included. None is a
+        sentence-transformers folder's ``max_seq_length`` (256 for
+        all-MiniLM-L6-v2), else the tokenizer's ``model_max_length``, either
+        capped at what the position embeddings hold (a tokenizer saved
+        without a ``model_max_length`` gets that). A sentence longer than a
+        window is read in the window of its tokens centred on the target
+        (shifted to the sentence's start or end where centring would pass
+        them), which cuts none of the target's subwords. A target longer
+        than a window by itself (its subwords outnumber the window's tokens
+        less the special ones) is read from its first subwords, as many as
+        fit, and the call warns (a UserWarning) once with how many targets
+        were cut.
     batch_size : int, default=32
         Windows (sentences) per forward pass.
     device, dtype, backend, calibration, cache, persist_weights, revision, verbose

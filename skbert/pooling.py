@@ -29,7 +29,15 @@ __all__ = [
 
 
 def token_counts(mask):
-    """Number of tokens that take part in each row, as float32 ``(batch,)``."""
+    """Number of tokens that take part in each row, as float32 ``(batch,)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skbert.pooling import token_counts
+    >>> token_counts(torch.tensor([[1, 1, 0], [1, 1, 1]])).tolist()
+    [2.0, 3.0]
+    """
     return mask.sum(dim=1, dtype=torch.float32)
 
 

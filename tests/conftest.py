@@ -41,6 +41,16 @@ def run_without_torch(code):
     assert done.returncode == 0, done.stderr
     return done.stdout
 
+def substituted(code, substitutions, where):
+    """``code`` with each ``(old, new)`` of ``substitutions`` made: a documentation block
+    that a test runs on a subset (README.md's ``<!-- test: OLD -> NEW -->``, a guide's
+    ``.. test: OLD -> NEW``). Each OLD must be in the block ``where`` names."""
+    for old, new in substitutions:
+        assert old in code, f"{where}: test substitution {old!r} is not in its block"
+        code = code.replace(old, new)
+    return code
+
+
 WORDS = (
     "the a an of and to in is was it that for on with as at by from this be are or not "
     "cat dog sat mat house red blue green big small fast slow run runs ran good bad "

@@ -7,6 +7,7 @@ replaces the text OLD (which must be in the block) by NEW for the test only,
 so the README says in place what the test changes.
 """
 
+import ast
 import doctest
 import os
 import re
@@ -14,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import substituted
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"(?P<tests>(?:<!-- test: .+? -> .+? -->\n)*)```(?P<language>\w*)\n"
@@ -27,11 +29,8 @@ def readme_blocks(language):
     for match in BLOCK.finditer(README.read_text(encoding="utf-8")):
         if match["language"] != language:
             continue
-        code = match["code"]
-        for old, new in SUBSTITUTION.findall(match["tests"]):
-            assert old in code, f"README test substitution {old!r} is not in its block"
-            code = code.replace(old, new)
-        blocks.append(code)
+        blocks.append(substituted(match["code"], SUBSTITUTION.findall(match["tests"]),
+                                  "README.md"))
     return blocks
 
 
@@ -39,6 +38,21 @@ def test_readme_has_the_blocks_this_test_runs():
     python = readme_blocks("python")
     assert len(python) >= 5 and any(block.startswith(">>>") for block in python)
     assert any("skbert probe" in block for block in readme_blocks("bash"))
+
+
+def test_every_python_block_imports_the_skbert_names_it_uses():
+    # A reader copies one block: a class that an earlier block imported is a NameError there.
+    import skbert
+
+    for number, code in enumerate(readme_blocks("python"), start=1):
+        if code.startswith(">>>"):
+            code = "".join(example.source for example in doctest.DocTestParser().get_examples(code))
+        tree = ast.parse(code)
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        imported = {alias.asname or alias.name for node in ast.walk(tree)
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+        missing = sorted((used & set(skbert.__all__)) - imported)
+        assert not missing, f"README.md python block {number} uses {missing} without importing them"
 
 
 @pytest.mark.slow

@@ -203,7 +203,17 @@ def set_cache_limit(max_bytes):
 
 
 def clear_cache():
-    """Drop every entry of the in-memory forward-pass cache (directory caches are kept)."""
+    """Drop every entry of the in-memory forward-pass cache (directory caches are kept).
+
+    Its byte budget (:func:`set_cache_limit`) stays as it is. A vectorizer
+    with ``cache=True`` runs the encoder again at its next transform, which
+    refills the cache.
+
+    Examples
+    --------
+    >>> import skbert
+    >>> skbert.clear_cache()
+    """
     MEMORY.clear()
 
 

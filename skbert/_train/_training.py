@@ -63,8 +63,9 @@ RATE_CONSTRAINT = [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"
 def resolved_rates(estimator, learning_rate, head_learning_rate="auto", freeze=None,
                    fresh_head=True):
     """``(learning_rate, head_learning_rate)`` of a fit, each "auto" resolved by
-    ``AUTO_RATES[estimator]`` for ``freeze`` (resolved). A pretrained head
-    (``fresh_head=False``) trains at the encoder's rate: it is no longer a random start."""
+    ``AUTO_RATES[estimator]`` for ``freeze`` (resolved). A given ``head_learning_rate``
+    wins; "auto" for a pretrained head (``fresh_head=False``) is the encoder's rate: it is
+    no longer a random start."""
     regime = freeze if freeze in ("lora", "all") else "encoder"
     rate, head_rate = AUTO_RATES[estimator][regime]
     rate = rate if learning_rate == "auto" else learning_rate

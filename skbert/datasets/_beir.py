@@ -8,7 +8,7 @@ from sklearn.utils import Bunch
 
 
 def load_beir(directory, split="test"):
-    """Read a BEIR-layout retrieval data set from disk.
+    r"""Read a BEIR-layout retrieval data set from disk.
 
     The layout is ``corpus.jsonl`` (``_id``, ``title``, ``text``),
     ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (header
@@ -33,10 +33,27 @@ def load_beir(directory, split="test"):
 
     Examples
     --------
+    A data set of two documents and one judged query, written where it is read:
+
+    >>> import tempfile
+    >>> from pathlib import Path
     >>> from skbert.datasets import load_beir
-    >>> scifact = load_beir("../shared/data/scifact")  # doctest: +SKIP
-    >>> len(scifact.doc_ids), len(scifact.qrels)  # doctest: +SKIP
-    (5183, 300)
+    >>> directory = Path(tempfile.mkdtemp())
+    >>> (directory / "qrels").mkdir()
+    >>> _ = (directory / "corpus.jsonl").write_text(
+    ...     '{"_id": "d1", "title": "Tides", "text": "The Moon raises them."}\n'
+    ...     '{"_id": "d2", "title": "Stocks", "text": "They fell on Monday."}\n')
+    >>> _ = (directory / "queries.jsonl").write_text('{"_id": "q1", "text": "what causes tides?"}')
+    >>> _ = (directory / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    >>> data = load_beir(directory)
+    >>> data.doc_ids, data.documents[0]
+    (['d1', 'd2'], 'Tides The Moon raises them.')
+    >>> data.queries, data.qrels
+    ({'q1': 'what causes tides?'}, {'q1': {'d1': 1}})
+
+    The SciFact sample in skbert's repository reads the same way
+    (``load_beir("examples/data/scifact_sample", "train")``), as does BEIR's
+    full SciFact: 5,183 documents and 300 judged test queries.
     """
     directory = Path(directory)
     qrels_file = directory / "qrels" / f"{split}.tsv"
