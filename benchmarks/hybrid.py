@@ -26,6 +26,36 @@ CPU, torch's default threads.
   bi-encoder's place (learned on the corpus), its weight chosen on the train
   queries (convex, 9 weights); the fitted search is pickled and searched again
   in a fresh process in which importing torch or transformers fails.
+- ``tuning`` (issue 72, item 17): on three corpora (below), BM25, the
+  bi-encoder, and ``HybridSearch`` over both with equal weights (RRF k 60,
+  convex min-max, convex z-scores) at depth 50, 100 and 200, nDCG@10 on the
+  test queries; then ``fusion``'s 27 candidates (and a larger grid of 54:
+  RRF also at rrf_k 10, 30, 100) chosen on random subsets of 10, 25, 50, 100,
+  200 tuning queries (5 draws each, ``numpy.random.default_rng([size,
+  draw])``; the first best in grid order, as GridSearchCV) and on all of
+  them, each choice scored on the test queries against the untuned settings
+  at depth 100. Per-query nDCG@10 of every candidate is computed once, so a
+  draw costs no search.
+- ``exact`` (item 18): ``ExactFusion``, a prototype of convex fusion in which
+  each candidate (the union of the stages' top 100) is scored exactly in
+  both stages (BM25: the query's ``transform_queries`` row times the
+  document's; the bi-encoder: the dot product of unit vectors) and
+  normalized (a) with each stage's statistics over its top 100, or (b) over
+  the whole corpus; (c) ranks every document with corpus statistics; its
+  ``clip`` mode is ``HybridSearch``'s convex fusion today (a document
+  outside a stage's top 100 takes that stage's lowest score there), checked
+  against it. Each mode's BM25 weight (9) x min-max / z-scores chosen on the
+  tuning queries, scored on the test queries; then SciFact's 300 test
+  queries in one call (7 interleaved rounds, medians, the encoder's cache
+  warm) by HybridSearch and by (a) and (b) at their choices.
+- Corpora of ``tuning`` and ``exact`` (``--corpora``): SciFact (tuning: the
+  809 train queries; test: the 300); the bundled sample
+  ``examples/data/scifact_sample`` (600 abstracts; 200 train claims, 80
+  test); STS-B as duplicate retrieval (``stsb_task``: the 2,776 distinct
+  sentence2 of the dev and test pairs are the corpus; a query is a distinct
+  sentence1 of a pair scored >= 4.0 whose text is not itself a corpus
+  sentence, relevant (1) the sentence2 of each such pair: 541 queries,
+  shuffled with numpy seed 0 and halved: 270 tuning, 271 test).
 - Each part prints its costs: fit seconds, index bytes, milliseconds a query
   (300 queries in one call; the transformer's with its cache warm and cold).
 
@@ -34,9 +64,24 @@ relative, "english" without stemmer 0.6663 within 0.001, index + queries no
 slower than bm25s; RRF >= 0.716; convex chosen on train >= 0.73; the grid
 forwards each document once; BM25 + static >= 0.69 without torch.
 
+Measured for issue 72 (2026-12-07, HybridSearch of 8ab0a67, timings provisional: a shared
+machine). ``tuning``, test nDCG@10 with equal weights, SciFact / sample / STS-B (mean): RRF k
+60 0.7171 / 0.9035 / 0.9427 (0.8544), convex min-max 0.7282 / 0.9398 / 0.9462 (0.8714),
+convex z-scores 0.7301 / 0.9469 / 0.9522 (0.8764), all at depth 100 (depth 50 and 200: no
+better on the mean). Tuned on 10, 25, 50, 100, 200 SciFact train queries: 0.7028, 0.7070,
+0.7274, 0.7206, 0.7220 (means of 5 draws; all 809: 0.7301), beating RRF in 0, 1, 5, 4, 4
+draws of 5 and convex z-scores in none (on the sample none either; on STS-B, where the
+bi-encoder is the stronger stage, all from 10 queries). ``exact``, tuned, SciFact test:
+top-depth 0.7301, (a) 0.7296, (b) 0.7331 (+0.00305; 25 queries better, 8 worse; bootstrap
+95% [-0.005, +0.011]); the sample +0.016, STS-B +0.003; (b) min-max at BM25 0.4: 0.7314, the
+issue's reference figure. Query time, cache warm: (a) 1.45-1.50x, (b) 1.51-1.55x
+HybridSearch's, 0.28-0.30x of it the prototype's second encoding of the queries.
+
 Needs ``pip install bm25s PyStemmer`` (the ``dev`` extra) and the shared data
-(``../shared/data/scifact``). Run: ``python benchmarks/hybrid.py bm25 fusion
-static``; figures in benchmarks/README.md.
+(``../shared/data/scifact``, ``../shared/data/stsb``). Run: ``python
+benchmarks/hybrid.py bm25 fusion static``, and ``python benchmarks/hybrid.py
+tuning exact --cache DIR`` (the bi-encoder's forward passes kept in DIR, so
+that a re-run encodes nothing); figures in benchmarks/README.md.
 """
 
 import argparse
@@ -226,12 +271,11 @@ def fused_rows(name, second):
 
 
 def part_fusion(report):
-    from skbert import BertVectorizer, SimilaritySearch
+    from skbert import SimilaritySearch
 
     test, train = data()
     counter = count_forward_rows()
-    dense = SimilaritySearch(BertVectorizer(model_path(), pooling="mean", norm="l2",
-                                            max_length=256))
+    dense = SimilaritySearch(dense_vectorizer())
     hybrid, rows = fused_rows("dense", dense)
     start = time.perf_counter()
     best, scores = tuned(hybrid, weight_grid(("convex", "rrf")))
@@ -304,7 +348,395 @@ def part_static(report):
     report["static"] = {**rows, "grid": scores}
 
 
-PARTS = {"bm25": part_bm25, "fusion": part_fusion, "static": part_static}
+# Issue 72, items 17 and 18: how many judged queries tuning needs; exact convex fusion.
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "scifact_sample"
+STSB = DATA.parent / "stsb"
+TASKS = ["scifact", "sample", "stsb"]  # --corpora picks some
+SIZES = (10, 25, 50, 100, 200)  # tuning queries drawn, N_DRAWS times each
+N_DRAWS = 5
+RRF_KS = (60, 10, 30, 100)  # the larger grid's RRF offsets (60 alone in the 27)
+DEPTHS = (50, 100, 200)
+UNTUNED = {"RRF k 60": {"fusion": "rrf"},
+           "convex min-max": {"fusion": "convex", "normalization": "minmax"},
+           "convex z-scores": {"fusion": "convex", "normalization": "zscore"}}
+OPTIONS = {"cache": True}  # the encoder's cache; --cache DIR keeps it on disk for re-runs
+_TASKS = {}
+
+
+def dense_vectorizer():
+    from skbert import BertVectorizer
+
+    return BertVectorizer(model_path(), pooling="mean", norm="l2", max_length=256,
+                          cache=OPTIONS["cache"])
+
+
+def stsb_task():
+    """STS-B as duplicate retrieval: the corpus is the distinct sentence2 of the dev and test
+    pairs (file order, dev first); a query is a distinct sentence1 of a pair scored >= 4.0
+    whose text is not itself a corpus sentence, relevant (1) the sentence2 of each such pair;
+    the queries shuffled (numpy seed 0) and halved, tuning half first."""
+    import csv
+
+    pairs = []
+    for split in ("dev", "test"):
+        with open(STSB / f"{split}.tsv", newline="", encoding="utf-8") as file:
+            pairs += [(row["sentence1"], row["sentence2"], float(row["score"])) for row in
+                      csv.DictReader(file, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    documents = list(dict.fromkeys(second for _, second, _ in pairs))
+    doc_id = {text: f"d{i}" for i, text in enumerate(documents)}
+    relevant = {}
+    for first, second, score in pairs:
+        if score >= 4.0 and first not in doc_id:
+            relevant.setdefault(first, {})[doc_id[second]] = 1
+    texts = list(relevant)
+    order = np.random.default_rng(0).permutation(len(texts))
+
+    def split(positions):
+        positions = sorted(positions)
+        return ({f"q{i}": texts[i] for i in positions},
+                {f"q{i}": relevant[texts[i]] for i in positions})
+
+    half = len(texts) // 2
+    return {"documents": documents, "doc_ids": list(doc_id.values()),
+            "tune": split(order[:half]), "test": split(order[half:])}
+
+
+def task(name):
+    """A corpus, its tuning and test queries ((queries, qrels) each) and its stages, fitted
+    once a process: BM25, the bi-encoder, and HybridSearch over both (FrozenEstimator)."""
+    if name not in _TASKS:
+        from sklearn.frozen import FrozenEstimator
+        from sklearn.utils import Bunch
+
+        from skbert import HybridSearch, SimilaritySearch
+        from skbert.datasets import load_beir
+
+        if name == "stsb":
+            item = Bunch(**stsb_task())
+        else:
+            test, train = (data() if name == "scifact" else
+                           (load_beir(SAMPLE, "test"), load_beir(SAMPLE, "train")))
+            item = Bunch(documents=test.documents, doc_ids=test.doc_ids,
+                         tune=(train.queries, train.qrels), test=(test.queries, test.qrels))
+        start = time.perf_counter()
+        item.bm25 = bm25_search().fit(item.documents)
+        item.dense = SimilaritySearch(dense_vectorizer()).fit(item.documents)
+        item.hybrid = HybridSearch([("bm25", FrozenEstimator(item.bm25)),
+                                    ("dense", FrozenEstimator(item.dense))]).fit(item.documents)
+        print(f"  {name}: {len(item.documents)} documents, {len(item.tune[1])} tuning and "
+              f"{len(item.test[1])} test queries; stages fitted in "
+              f"{time.perf_counter() - start:.0f} s", flush=True)
+        _TASKS[name] = item
+    return _TASKS[name]
+
+
+def judged_texts(item, split):
+    """The texts of ``split``'s judged queries ("tune" or "test"), in qrels order."""
+    queries, qrels = item[split]
+    return [queries[query] for query in qrels]
+
+
+def query_ndcg(item, split, ranking):
+    """nDCG@10 of each judged query of ``split``, from ``(scores, indices)`` of its texts in
+    qrels order, as evaluate_retrieval scores them (its ndcg@10 is their mean)."""
+    from skbert.metrics import ndcg_at_k
+
+    qrels = item[split][1]
+    return np.array([ndcg_at_k({query: qrels[query]}, {query: {
+        item.doc_ids[j]: float(score) for score, j in zip(scores, indices)}}, k=10)
+        for query, scores, indices in zip(qrels, *ranking)])
+
+
+def searched_ndcg(item, split, search):
+    return query_ndcg(item, split, search.search(judged_texts(item, split), k=10))
+
+
+def hybrid_grid():
+    """(label, HybridSearch parameters): the 27 of ``fusion``'s grid first (9 BM25 weights x
+    convex min-max, convex z-scores, RRF k 60), then RRF at the other RRF_KS."""
+    kinds = [("convex", "minmax", 60), ("convex", "zscore", 60)]
+    kinds += [("rrf", "minmax", rrf_k) for rrf_k in RRF_KS]
+    return [(f"convex {normalization} {w:.1f}" if fusion == "convex" else f"RRF k{rrf_k} {w:.1f}",
+             {"fusion": fusion, "normalization": normalization, "rrf_k": rrf_k,
+              "weights": [float(w), float(1 - w)]})
+            for fusion, normalization, rrf_k in kinds for w in WEIGHTS]
+
+
+def drawn_choices(tune, test, untuned, n_candidates):
+    """Tuning on random subsets of the tuning queries: for each size (and all of them), the
+    candidate with the best mean of ``tune`` (candidates x queries) over N_DRAWS draws (the
+    first best in grid order, as GridSearchCV), among the first ``n_candidates``; its test
+    mean, and in how many draws it beat each untuned test mean."""
+    n_tune, rows = tune.shape[1], {}
+    for size in [size for size in SIZES if size < n_tune] + [n_tune]:
+        chosen = [int(np.argmax(tune[:n_candidates, np.random.default_rng([size, draw]).choice(
+            n_tune, size, replace=False)].mean(axis=1)))
+            for draw in range(N_DRAWS if size < n_tune else 1)]
+        scores = test[chosen].mean(axis=1)
+        rows[size] = {"chosen": chosen, "test": scores.tolist(), "mean": float(scores.mean()),
+                      "std": float(scores.std(ddof=1)) if len(scores) > 1 else 0.0,
+                      "beats": {name: int((scores > value).sum())
+                                for name, value in untuned.items()}}
+    return rows
+
+
+def part_tuning(report):
+    """Item 17: the untuned settings on each corpus, and tuning on subsets."""
+    grid = hybrid_grid()
+    labels = [label for label, _ in grid]
+    results = {}
+    for name in TASKS:
+        item = task(name)
+        hybrid, start = item.hybrid, time.perf_counter()
+        rows = {stage: searched_ndcg(item, "test", search).mean()
+                for stage, search in (("BM25", item.bm25), ("bi-encoder", item.dense))}
+        for depth in DEPTHS:
+            for label, params in UNTUNED.items():
+                hybrid.set_params(**{"weights": None, "depth": depth, "normalization": "minmax",
+                                     "rrf_k": 60, **params})
+                rows[f"{label}, depth {depth}"] = searched_ndcg(item, "test", hybrid).mean()
+        check = ndcg(hybrid, "test") if name == "scifact" else None
+        hybrid.set_params(depth=100)
+        scores = {split: np.stack([searched_ndcg(item, split, hybrid.set_params(**params))
+                                   for _, params in grid]) for split in ("tune", "test")}
+        untuned = {label: rows[f"{label}, depth 100"] for label in UNTUNED}
+        draws = {n: drawn_choices(scores["tune"], scores["test"], untuned, n)
+                 for n in (27, len(grid))}
+        for n, chosen in draws.items():
+            rows[f"tuned on all tuning queries ({n} candidates)"] = \
+                chosen[scores["tune"].shape[1]]["mean"]
+        results[name] = {"rows": rows, "labels": labels, "draws": draws,
+                         "grid": {label: [float(scores["tune"][i].mean()),
+                                          float(scores["test"][i].mean())]
+                                  for i, label in enumerate(labels)},
+                         "seconds": time.perf_counter() - start}
+        if check is not None:  # the per-query means are evaluate_retrieval's figure
+            assert abs(check - rows["convex z-scores, depth 200"]) < 1e-12, check
+        print(f"  {name}: {results[name]['seconds']:.0f} s", flush=True)
+        for n, chosen in draws.items():
+            print(f"  {name}, tuned on subsets ({n} candidates): size: test nDCG@10 mean +- std "
+                  f"[min, max]; draws beating " + ", ".join(untuned) + " (depth 100)")
+            for size, row in chosen.items():
+                print(f"    {size}: {row['mean']:.4f} +- {row['std']:.4f} [{min(row['test']):.4f}"
+                      f", {max(row['test']):.4f}]; " + ", ".join(
+                          f"{row['beats'][label]}/{len(row['test'])}" for label in untuned)
+                      + "; chosen " + ", ".join(labels[i] for i in row["chosen"]), flush=True)
+    print("\n  | setting, equal weights | " + " | ".join(TASKS) + " | mean |\n  |---"
+          + "|---" * (len(TASKS) + 1) + "|")
+    for label in results[TASKS[0]]["rows"]:
+        values = [results[name]["rows"][label] for name in TASKS]
+        print(f"  | {label} | " + " | ".join(f"{value:.4f}" for value in values)
+              + f" | {np.mean(values):.4f} |")
+    report["tuning"] = results
+
+
+class ExactFusion:
+    """Prototype of convex fusion with each candidate (the union of the stages' top
+    ``depth``) scored exactly in both stages: BM25's sparse row product, the dot product of
+    unit vectors. ``stats``: where each stage's min-max or z-score statistics come from,
+    "depth" (its top ``depth``, as HybridSearch) or "corpus" (every document); "all": every
+    document a candidate, corpus statistics. ``clip``: a score below the stage's top-depth
+    lowest takes that lowest, which with "depth" is HybridSearch's fusion today."""
+
+    def __init__(self, item, stats="depth", clip=False, normalization="minmax",
+                 weights=(0.5, 0.5), depth=100):
+        from sklearn.preprocessing import normalize
+
+        self.item, self.stats, self.clip = item, stats, clip
+        self.normalization, self.weights = normalization, weights
+        self.depth = min(depth, len(item.documents))
+        self.bm25_columns = item.bm25.vectorizer_.transform(item.documents).T.tocsr()
+        self.unit = normalize(item.dense.vectorizer_.transform(item.documents))
+
+    def inputs(self, texts):
+        """What the weights and the normalization do not change: (candidates, exact scores
+        of both stages, the low, high, mean and standard deviation of each)."""
+        from sklearn.preprocessing import normalize
+
+        bm25, dense = self.item.bm25, self.item.dense
+        rankings = [stage.search(texts, k=self.depth) for stage in (bm25, dense)]
+        bm25_scores = (bm25.vectorizer_.transform_queries(texts) @ self.bm25_columns).toarray()
+        queries = normalize(dense.vectorizer_.transform(texts))
+        if self.stats == "all":
+            candidates = np.broadcast_to(np.arange(len(self.unit)), bm25_scores.shape)
+        else:
+            candidates = np.sort(np.hstack([indices for _, indices in rankings]), axis=1)
+        exact = [np.take_along_axis(bm25_scores, candidates, axis=1)]
+        if self.stats == "depth":  # the candidates' rows alone, in blocks of queries
+            exact.append(np.concatenate([
+                np.einsum("qd,qcd->qc", queries[i:i + 64], self.unit[candidates[i:i + 64]])
+                for i in range(0, len(texts), 64)]))
+            sources = [scores for scores, _ in rankings]
+        else:
+            dense_scores = queries @ self.unit.T
+            exact.append(np.take_along_axis(dense_scores, candidates, axis=1))
+            sources = [bm25_scores, dense_scores]
+        statistics = [[function(np.asarray(source, dtype=np.float64), axis=1, keepdims=True)
+                       for function in (np.min, np.max, np.mean, np.std)] for source in sources]
+        floors = [scores.min(axis=1, keepdims=True) for scores, _ in rankings]
+        return candidates, [self.listed(candidates, scores, ranking)
+                            for scores, ranking in zip(exact, rankings)], statistics, floors
+
+    def listed(self, candidates, exact, ranking):
+        """``exact`` (the candidates' scores in one stage) with the stage's own score where
+        its top ``depth`` lists the candidate: the same number, rounded as the stage rounded
+        it, so that a tie of HybridSearch's (equal weights, min-max: 1 + 0 = 0 + 1) stays a
+        tie here."""
+        scores, indices = ranking
+        offsets = np.arange(len(indices))[:, None] * len(self.unit)
+        keys = (indices + offsets).ravel()
+        order = np.argsort(keys)
+        wanted = (candidates + offsets).ravel()
+        position = order[np.minimum(np.searchsorted(keys, wanted, sorter=order), len(keys) - 1)]
+        found = keys[position] == wanted
+        merged = np.asarray(exact, dtype=np.float64).ravel()
+        merged[found] = scores.ravel()[position[found]]
+        return merged.reshape(candidates.shape)
+
+    def fused(self, inputs, k=10):
+        candidates, exact, statistics, floors = inputs
+        weights = np.asarray(self.weights, dtype=np.float64) / np.sum(self.weights)
+        total = np.zeros(candidates.shape)
+        for weight, scores, (low, high, mean, std), floor in zip(weights, exact, statistics,
+                                                                 floors):
+            if self.clip:
+                scores = np.maximum(scores, floor)
+            center, spread = (low, high - low) if self.normalization == "minmax" else (mean, std)
+            total += weight * (scores - center) / np.where(spread > 0, spread, 1.0)
+        total[:, 1:][candidates[:, 1:] == candidates[:, :-1]] = -np.inf  # one entry a document
+        order = np.lexsort((candidates, -total), axis=1)[:, :k]
+        return (np.take_along_axis(total, order, axis=1),
+                np.take_along_axis(candidates, order, axis=1))
+
+    def search(self, texts, k=10):
+        return self.fused(self.inputs(texts), k)
+
+
+EXACT_MODES = {"top-depth (HybridSearch today)": {"stats": "depth", "clip": True},
+               "(a) exact, top-depth statistics": {"stats": "depth"},
+               "(b) exact, corpus statistics": {"stats": "corpus"},
+               "(b') top-depth scores, corpus statistics": {"stats": "corpus", "clip": True},
+               "(c) every document, corpus statistics": {"stats": "all"}}
+
+
+def convex_grid():
+    return [(normalization, [float(w), float(1 - w)])
+            for normalization in ("minmax", "zscore") for w in WEIGHTS]
+
+
+def interleaved(runs, repeats):
+    """Seconds of each run (name: callable), ``repeats`` rounds of all in turn."""
+    seconds = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def part_exact(report):
+    """Item 18: exact convex fusion, tuned on the tuning queries; its query time (SciFact)."""
+    from scipy.stats import binomtest
+
+    results = {}
+    for name in TASKS:
+        item, start = task(name), time.perf_counter()
+        rows = {}
+        for mode, settings in EXACT_MODES.items():
+            prototype = ExactFusion(item, **settings)
+            inputs = {split: prototype.inputs(judged_texts(item, split))
+                      for split in ("tune", "test")}
+            grid, per_query = {}, {}
+            for normalization, weights in convex_grid():
+                prototype.normalization, prototype.weights = normalization, weights
+                label = f"{normalization} {weights[0]:.1f}"
+                tune, per_query[label] = (query_ndcg(item, split, prototype.fused(inputs[split]))
+                                          for split in ("tune", "test"))
+                grid[label] = [float(tune.mean()), float(per_query[label].mean())]
+            best = max(grid, key=lambda label: grid[label][0])  # the first best, train only
+            rows[mode] = {"chosen": best, "tune": grid[best][0], "test": grid[best][1],
+                          "grid": grid, "test_per_query": per_query[best].tolist()}
+        hybrid = item.hybrid.set_params(depth=100, fusion="convex")
+        today = {f"{normalization} {weights[0]:.1f}": float(searched_ndcg(
+            item, "test", hybrid.set_params(normalization=normalization, weights=weights)).mean())
+            for normalization, weights in convex_grid()}
+        agreement = max(abs(today[label] - scores[1]) for label, scores in
+                        rows["top-depth (HybridSearch today)"]["grid"].items())
+        results[name] = {**rows, "hybrid_search_test": today,
+                         "largest |prototype top-depth - HybridSearch|": agreement,
+                         "seconds": time.perf_counter() - start}
+        print(f"  {name} ({results[name]['seconds']:.0f} s): the prototype's top-depth mode "
+              f"against HybridSearch's test nDCG@10 over the 18: largest difference "
+              f"{agreement:.1e}")
+        today = np.array(rows["top-depth (HybridSearch today)"]["test_per_query"])
+        for mode in EXACT_MODES:
+            gain = np.array(rows[mode]["test_per_query"]) - today
+            # The gain's 95% interval over test queries drawn again (paired bootstrap).
+            means = gain[np.random.default_rng(0).integers(0, len(gain), (2000, len(gain)))]
+            better, worse = int((gain > 0).sum()), int((gain < 0).sum())
+            rows[mode]["against today"] = {
+                "better": better, "worse": worse,
+                "sign_test_p": binomtest(better, better + worse).pvalue if better + worse else 1.0,
+                "interval": np.percentile(means.mean(axis=1), [2.5, 97.5]).tolist()}
+            print(f"    {mode}: chosen {rows[mode]['chosen']} (tune {rows[mode]['tune']:.5f}): "
+                  f"test {rows[mode]['test']:.5f}; against top-depth tuned: "
+                  f"{gain.mean():+.5f}, 95% [{{:+.4f}}, {{:+.4f}}], ".format(
+                      *rows[mode]["against today"]["interval"])
+                  + f"{better} queries better, {worse} worse (sign test p "
+                  f"{rows[mode]['against today']['sign_test_p']:.3f})", flush=True)
+    print("\n  | fusion | " + " | ".join(TASKS) + " | mean |\n  |---"
+          + "|---" * (len(TASKS) + 1) + "|")
+    for mode in EXACT_MODES:
+        for setting in ("tuned", "minmax 0.5", "zscore 0.5"):
+            values = [results[name][mode]["test"] if setting == "tuned" else
+                      results[name][mode]["grid"][setting][1] for name in TASKS]
+            print(f"  | {mode}, {setting} | " + " | ".join(f"{value:.4f}" for value in values)
+                  + f" | {np.mean(values):.4f} |")
+    if "scifact" in results:
+        print("  SciFact, BM25 weight: tune / test nDCG@10 of each mode:")
+        for label in results["scifact"]["(a) exact, top-depth statistics"]["grid"]:
+            print(f"    {label}: " + "; ".join(
+                "{:.4f} / {:.4f}".format(*results["scifact"][mode]["grid"][label])
+                for mode in EXACT_MODES))
+        results["seconds"] = exact_seconds(results["scifact"])
+    report["exact"] = results
+
+
+def exact_seconds(rows, repeats=7):
+    """SciFact's 300 test queries in one call, each fusion at its choice on the train queries,
+    ``repeats`` interleaved rounds (the encoder's cache warm: queries read, not encoded);
+    "query rows again": the prototype's second transform of the queries, which a fusion
+    inside HybridSearch would take from its stages; then the queries encoded cold."""
+    item = task("scifact")
+    texts = judged_texts(item, "test")
+    chosen = {mode: rows[mode]["chosen"].split() for mode in EXACT_MODES}
+    runs = {"HybridSearch (top-depth)": lambda: item.hybrid.search(texts, k=10)}
+    normalization, weight = chosen["top-depth (HybridSearch today)"]
+    item.hybrid.set_params(fusion="convex", depth=100, normalization=normalization,
+                           weights=[float(weight), 1 - float(weight)])
+    for mode in ("(a) exact, top-depth statistics", "(b) exact, corpus statistics"):
+        normalization, weight = chosen[mode]
+        prototype = ExactFusion(item, **EXACT_MODES[mode], normalization=normalization,
+                                weights=(float(weight), 1 - float(weight)))
+        runs[mode] = lambda prototype=prototype: prototype.search(texts)
+    runs["query rows again"] = lambda: (item.bm25.vectorizer_.transform_queries(texts),
+                                        item.dense.vectorizer_.transform(texts))
+    seconds = interleaved(runs, repeats)
+    cold = dense_vectorizer().set_params(cache=False).fit()
+    seconds["queries encoded, no cache"] = interleaved({"": lambda: cold.transform(texts)},
+                                                       3)[""]
+    base = np.median(seconds["HybridSearch (top-depth)"])
+    for name, values in seconds.items():
+        print(f"  {name}: median {1000 * np.median(values) / len(texts):.3f} ms a query, "
+              f"{np.median(values) / base:.2f}x HybridSearch's (runs: "
+              + ", ".join(f"{value:.3f}" for value in values) + " s)", flush=True)
+    return seconds
+
+
+PARTS = {"bm25": part_bm25, "fusion": part_fusion, "static": part_static,
+         "tuning": part_tuning, "exact": part_exact}
 
 
 def main():
@@ -315,7 +747,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="+", choices=list(PARTS))
     parser.add_argument("--output", help="also write the report as JSON here")
+    parser.add_argument("--cache", help="a directory for the encoder's cache (BertVectorizer's "
+                        "cache=), so that a re-run encodes nothing again (fusion's count of "
+                        "forwarded rows then leaves out what DIR holds); default: in memory")
+    parser.add_argument("--corpora", nargs="+", choices=TASKS, default=list(TASKS),
+                        help="the corpora of the tuning and exact parts")
     args = parser.parse_args()
+    if args.cache:
+        OPTIONS["cache"] = args.cache
+    TASKS[:] = args.corpora
     import torch
 
     report = {"cpu": cpu(), "torch_threads": torch.get_num_threads()}
