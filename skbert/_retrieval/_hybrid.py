@@ -23,7 +23,8 @@ from skbert._compat import (
     _fit_context,
     validate_parameter_constraints,
 )
-from skbert._search import _fitted, _unfrozen, fitted_reranker, reranked, without_self
+from skbert._fitted_state import _fitted, _unfrozen
+from skbert._retrieval._search import fitted_reranker, reranked, without_self
 from skbert._validation import check_single_texts
 
 
