@@ -14,8 +14,8 @@ LORA = """lora_rank : int, default=8
     lora_dropout : float, default=0.1
         Dropout on the adapters' input during training."""
 
-# BertClassifier and BertRegressor (skbert._finetune): the parameters up to and after the
-# classifier's class_weight, and the fitted attributes both have.
+# BertClassifier and BertRegressor (skbert._classification._classifier): the parameters up
+# to and after the classifier's class_weight, and the fitted attributes both have.
 FINETUNER = {
     "training": """model : str or path-like, default="bert-base-uncased"
         Hugging Face hub id or local directory of a BERT-family encoder. The

@@ -16,7 +16,8 @@ from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 
-from skbert import _threads, _words
+from skbert import _threads
+from skbert._words import _samples
 
 __all__ = ["layer_report", "plot_layer_report", "learning_curve", "plot_learning_curve"]
 
@@ -37,7 +38,7 @@ def _grid(vectorizer, layers, poolings):
     ``pooling``, or of ``subword_pooling`` for a :class:`skbert.BertWordVectorizer`."""
     import pandas as pd
 
-    name = "subword_pooling" if _words.reads_words(vectorizer) else "pooling"
+    name = "subword_pooling" if _samples.reads_words(vectorizer) else "pooling"
     if poolings is None:
         poolings = WORD_POOLINGS if name == "subword_pooling" else TEXT_POOLINGS
     n_states = vectorizer.n_layers_
@@ -132,7 +133,7 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=None, estimator=Non
     from skbert._progress import progress_bar
     from skbert._validation import check_texts
 
-    texts = _words.check_words(X) if _words.reads_words(vectorizer) else check_texts(X)
+    texts = _samples.check_words(X) if _samples.reads_words(vectorizer) else check_texts(X)
     if groups is not None and np.shape(groups) != (len(texts),):
         raise ValueError(f"groups has shape {np.shape(groups)} and X {len(texts)} samples: "
                          "groups needs one group label per sample.")
@@ -400,7 +401,7 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, groups=None, est
     from skbert._validation import check_texts
 
     words = groups is not None
-    check = _words.check_words if words else check_texts
+    check = _samples.check_words if words else check_texts
     samples, test_samples = check(X), check(X_test)
     y, y_test = np.asarray(y, dtype=object), np.asarray(y_test, dtype=object)
     if words:

@@ -14,7 +14,7 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils import estimator_checks
 
 from skbert import BertVectorizer, BM25Vectorizer, HybridSearch, SimilaritySearch
-from skbert._hybrid import fuse
+from skbert._retrieval._hybrid import fuse
 from tests.conftest import DATA_FREE_CHECKS, count_forward_rows, run_without_torch
 
 DOCUMENTS = [

@@ -76,3 +76,33 @@ def test_the_import_graph_reads_every_form_of_import(tmp_path):
 def test_the_package_imports_have_no_circle():
     circles = [" -> ".join(circle) for circle in cycles(import_graph())]
     assert not circles, "import circles in skbert: " + "; ".join(circles)
+
+
+# The estimators' wings by task (issue 72), and what one wing takes from another: none takes
+# another's estimator module; PairSimilarity reads word samples, and two estimators of
+# embeddings scale rows to unit length as the indexes do.
+WINGS = ("_classification", "_embeddings", "_retrieval", "_words")
+ACROSS = {("skbert._embeddings._pair_similarity", "skbert._words._samples"),
+          ("skbert._embeddings._pair_similarity", "skbert._retrieval._index"),
+          ("skbert._embeddings._finetuned_vectorizer", "skbert._retrieval._index")}
+# Above the wings: the package's names, the old module paths, and what uses the estimators.
+ABOVE = ("skbert", "skbert._moved", "skbert.probe", "skbert.dask", "skbert._cli")
+
+
+def _wing(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in WINGS else None
+
+
+def test_the_wings_stand_side_by_side_over_what_they_share():
+    graph = import_graph()
+    across, lower_up = set(), set()
+    for module, imported in graph.items():
+        above = module in ABOVE or module.startswith("skbert._cli.")
+        for target in imported:
+            if _wing(module) and _wing(target) and _wing(target) != _wing(module):
+                across.add((module, target))
+            elif not above and not _wing(module) and (_wing(target) or target in ABOVE):
+                lower_up.add((module, target))
+    assert across == ACROSS
+    assert not lower_up, f"modules below the wings import above them: {sorted(lower_up)}"

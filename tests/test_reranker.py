@@ -197,7 +197,7 @@ def test_mini_batches_train_as_the_whole_batch(still_dir, monkeypatch, loss, bat
 
 
 def test_auto_mini_batches_hold_a_token_budget(still_dir, monkeypatch):
-    from skbert import _reranker
+    from skbert._retrieval import _reranker
 
     recorded = _recorded(monkeypatch)
     params = dict(loss="listwise", epochs=1, batch_size=4, random_state=0)

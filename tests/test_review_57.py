@@ -21,7 +21,7 @@ from skbert import (
     PairSimilarity,
     SimilaritySearch,
 )
-from skbert._tuned import _distinct_batches
+from skbert._embeddings._finetuned_vectorizer import _distinct_batches
 
 WORDS = ["cat", "dog", "house", "river", "city", "movie", "film", "year", "day", "time",
          "people", "word", "text", "question", "answer", "country"]

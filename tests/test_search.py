@@ -17,7 +17,7 @@ from sklearn.neighbors import NearestNeighbors
 from sklearn.pipeline import make_pipeline
 
 from skbert import BertVectorizer, PairSimilarity, SimilaritySearch
-from skbert._index import Int8Index, top_k_blocked
+from skbert._retrieval._index import Int8Index, top_k_blocked
 
 
 @pytest.fixture

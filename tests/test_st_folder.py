@@ -415,7 +415,8 @@ def test_a_window_without_room_for_text_is_an_error(tiny_model_dir, tmp_path):
 
 
 def test_fine_tuning_trains_in_the_folders_window(short_window_dir, monkeypatch):
-    from skbert import FineTunedVectorizer, _tuned
+    from skbert import FineTunedVectorizer
+    from skbert._embeddings import _finetuned_vectorizer
     from skbert._encoder._encoding import tokenize
 
     lengths = []
@@ -424,7 +425,7 @@ def test_fine_tuning_trains_in_the_folders_window(short_window_dir, monkeypatch)
         lengths.append(max_length)
         return tokenize(tokenizer, texts, max_length, *args, **kwargs)
 
-    monkeypatch.setattr(_tuned, "tokenize", recorded)
+    monkeypatch.setattr(_finetuned_vectorizer, "tokenize", recorded)
     pairs = [(LONG, "the cat sat on the mat"), ("a big red dog runs fast", "good")]
     tuned = FineTunedVectorizer(BertVectorizer(short_window_dir, pooling="auto", norm="auto"),
                                 batch_size=2, random_state=0).fit(pairs)

@@ -13,8 +13,13 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 from skbert import BertVectorizer, StaticVectorizer
+from skbert._embeddings._static_vectorizer import (
+    learned_table,
+    sif_weights,
+    token_bags,
+    zipf_probabilities,
+)
 from skbert._encoder._features import Layout, parts_for_cache
-from skbert._static import learned_table, sif_weights, token_bags, zipf_probabilities
 from tests.conftest import run_without_torch
 
 

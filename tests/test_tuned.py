@@ -13,9 +13,9 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 from skbert import BertVectorizer, FineTunedVectorizer, PairSimilarity, SimilaritySearch
+from skbert._embeddings._finetuned_vectorizer import _distinct_batches
 from skbert._encoder._encoding import _model_inputs, tokenize
 from skbert._train import _losses, _training
-from skbert._tuned import _distinct_batches
 
 WORDS = ["cat", "dog", "house", "river", "city", "movie", "film", "year", "day", "time",
          "people", "word", "text", "question", "answer", "country"]

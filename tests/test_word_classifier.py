@@ -157,18 +157,19 @@ def test_freeze_all_reads_the_vectorizer_features_and_its_cache(tiny_model_dir, 
 
 
 def test_a_grid_over_the_head_forwards_each_sentence_once(tiny_model_dir, monkeypatch):
-    from skbert import _words, clear_cache
+    from skbert import clear_cache
+    from skbert._words import _samples
 
     X, y = word_samples(SENTENCES + [["a", "cat", "ran", "to", "the", "big", "house"]])
     clear_cache()
     windows = []
-    real = _words.forward_windows
+    real = _samples.forward_windows
 
     def counted(runner, tokenizer, batch, *args):
         windows.append(len(batch))
         return real(runner, tokenizer, batch, *args)
 
-    monkeypatch.setattr(_words, "forward_windows", counted)
+    monkeypatch.setattr(_samples, "forward_windows", counted)
     grid = {"head_learning_rate": [1e-2, 1e-3], "layer": [1, 2],
             "subword_pooling": ["first", "mean"]}
     GridSearchCV(BertWordClassifier(tiny_model_dir, freeze="all", epochs=1, random_state=0),

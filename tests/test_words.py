@@ -12,7 +12,8 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 import skbert
-from skbert import BertWordVectorizer, _words
+from skbert import BertWordVectorizer
+from skbert._words import _samples
 from tests.conftest import count_forward_rows
 from tests.test_architectures import model_dir  # noqa: F401 (a fixture)
 
@@ -87,7 +88,7 @@ def test_other_tokenizers_equal_the_reference(model_dir, arch):  # noqa: F811 (t
                                    reference(model_dir(arch), samples, -1, pooling, spans=True),
                                    rtol=0, atol=1e-5)
     if arch != "xlm-roberta":  # byte-level BPE: words read with their leading space
-        tokens = _words.pretokenized(vectorizer.tokenizer_).tokenize(["the", "cat"],
+        tokens = _samples.pretokenized(vectorizer.tokenizer_).tokenize(["the", "cat"],
                                                                      is_split_into_words=True)
         assert tokens[1].startswith("\u0120")  # "Ġ"
 
@@ -234,27 +235,27 @@ def test_alignment_errors_name_the_pandas_index_label(tiny_model_dir):
 
 def test_the_same_checked_samples_are_not_checked_again():
     samples = [(tuple(words), i) for words, i in SAMPLES]
-    first = _words.check_words(samples)
-    assert _words.check_words(samples) is first and _words.check_words(list(samples)) is first
+    first = _samples.check_words(samples)
+    assert _samples.check_words(samples) is first and _samples.check_words(list(samples)) is first
     samples[3] = (samples[3][0], 99)  # another object: checked
     with pytest.raises(ValueError, match="Sample at index 3 has index 99"):
-        _words.check_words(samples)
+        _samples.check_words(samples)
     lists = [(list(words), i) for words, i in SAMPLES]  # lists can change: checked every time
-    assert _words.check_words(lists) is not _words.check_words(lists)
+    assert _samples.check_words(lists) is not _samples.check_words(lists)
     spans = spans_of(SAMPLES)
-    assert _words.check_words(spans) is _words.check_words(spans)
+    assert _samples.check_words(spans) is _samples.check_words(spans)
 
 
 def test_the_last_alignment_is_reused_for_equal_samples_only(tiny_model_dir, monkeypatch):
     vectorizer = BertWordVectorizer(tiny_model_dir).fit()
     calls = []
-    original = _words._align
+    original = _samples._align
 
     def counted(tokenizer, samples, max_length):
         calls.append(max_length)
         return original(tokenizer, samples, max_length)
 
-    monkeypatch.setattr(_words, "_align", counted)
+    monkeypatch.setattr(_samples, "_align", counted)
     expected = vectorizer.transform(SAMPLES)
     copied = [(list(words), i) for words, i in SAMPLES]  # equal, not the same objects
     np.testing.assert_array_equal(vectorizer.transform(copied), expected)
@@ -379,13 +380,13 @@ def test_chunks_of_a_few_sentences_give_the_same_features(tiny_model_dir, monkey
     skbert.clear_cache()
     monkeypatch.setattr(_cache, "CHUNK_BYTES", 1)  # one sentence per chunk
     calls = []
-    original = _words.forward_windows
+    original = _samples.forward_windows
 
     def counted(runner, tokenizer, windows, *args):
         calls.append(len(windows))
         return original(runner, tokenizer, windows, *args)
 
-    monkeypatch.setattr(_words, "forward_windows", counted)
+    monkeypatch.setattr(_samples, "forward_windows", counted)
     for cache in (True, False):
         np.testing.assert_array_equal(vectorizer.set_params(cache=cache).transform(SAMPLES),
                                       whole)
@@ -399,7 +400,7 @@ def test_pool_equals_a_loop_over_targets(combine, pooling):
     states = [rng.normal(size=(3, n_tokens, 8)).astype(np.float32) for n_tokens in (4, 7, 2)]
     owner = np.array([1, 0, 1, 2, 1])
     spans = np.array([[1, 4], [0, 1], [4, 7], [0, 2], [1, 2]])
-    got = _words.pool(states, owner, spans, [2, 0], combine, pooling)
+    got = _samples.pool(states, owner, spans, [2, 0], combine, pooling)
     for row, (window, (start, stop)) in enumerate(zip(owner, spans)):
         layers = [states[window][layer, start:stop] for layer in (2, 0)]
         tokens = {"mean": np.mean(layers, axis=0), "sum": np.sum(layers, axis=0),

@@ -13,7 +13,8 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import Normalizer
 
 import skbert
-from skbert import BertVectorizer, BertWordVectorizer, PairSimilarity, _words
+from skbert import BertVectorizer, BertWordVectorizer, PairSimilarity
+from skbert._words import _samples
 from tests.test_words import SAMPLES, spans_of
 
 PAIRS = [(SAMPLES[1], SAMPLES[8]), (SAMPLES[0], SAMPLES[4]), (SAMPLES[3], SAMPLES[20])]
@@ -67,14 +68,14 @@ def test_reads_words_is_a_class_attribute_not_an_import():
         _reads_words = True
 
     words = BertWordVectorizer()
-    assert _words.reads_words(words) and _words.reads_words(Custom())
-    assert _words.reads_words(Pipeline([("words", words), ("norm", Normalizer())]))
-    assert not _words.reads_words(BertVectorizer())
-    assert not _words.reads_words(Pipeline([("norm", Normalizer()), ("words", words)]))
-    assert not _words.reads_words(Pipeline([("skip", "passthrough"), ("words", words)]))
-    tree = ast.parse(Path(_words.__file__).read_text(encoding="utf-8"))
+    assert _samples.reads_words(words) and _samples.reads_words(Custom())
+    assert _samples.reads_words(Pipeline([("words", words), ("norm", Normalizer())]))
+    assert not _samples.reads_words(BertVectorizer())
+    assert not _samples.reads_words(Pipeline([("norm", Normalizer()), ("words", words)]))
+    assert not _samples.reads_words(Pipeline([("skip", "passthrough"), ("words", words)]))
+    tree = ast.parse(Path(_samples.__file__).read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert "skbert._word_vectorizer" not in imported
+    assert "skbert._words._word_vectorizer" not in imported
 
 
 # Item 9: word-sample DataFrames.
@@ -129,15 +130,15 @@ def test_a_polars_lazyframe_of_word_samples_is_refused_as_word_samples(fitted):
 # Item 10: the memo lives with its estimator, within the cache budget.
 
 def _watch_alignments(monkeypatch):
-    """Weak references to every alignment that ``_words._align`` makes."""
-    made, original = [], _words._align
+    """Weak references to every alignment that ``_samples._align`` makes."""
+    made, original = [], _samples._align
 
     def watched(*args):
         alignment = original(*args)
         made.append(weakref.ref(alignment))
         return alignment
 
-    monkeypatch.setattr(_words, "_align", watched)
+    monkeypatch.setattr(_samples, "_align", watched)
     return made
 
 
@@ -148,7 +149,7 @@ def test_the_alignment_memo_goes_with_its_estimator(tiny_model_dir, monkeypatch)
     first = vectorizer.transform(samples)
     vectorizer.set_params(layer=0).transform(samples)
     assert len(made) == 1 and made[0]() is not None  # a grid aligns once
-    checked = weakref.ref(_words.check_words(samples))
+    checked = weakref.ref(_samples.check_words(samples))
     assert checked() is not None  # the memo's samples: not checked again
     del vectorizer
     gc.collect()
@@ -166,7 +167,7 @@ def test_nothing_is_memoized_without_a_cache_budget(tiny_model_dir, monkeypatch)
         expected = vectorizer.transform(samples)
         gc.collect()
         assert made[0]() is None
-        checked = weakref.ref(_words.check_words(samples))
+        checked = weakref.ref(_samples.check_words(samples))
         gc.collect()
         assert checked() is None
         np.testing.assert_array_equal(vectorizer.transform(samples), expected)
@@ -184,7 +185,7 @@ def test_transform_leaves_the_estimator_as_it_was(fitted):
 # The tokenizer's private backend.
 
 def test_words_reads_no_private_attribute_of_the_tokenizer():
-    tree = ast.parse(Path(_words.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(_samples.__file__).read_text(encoding="utf-8"))
     private = [node.attr for node in ast.walk(tree)
                if isinstance(node, ast.Attribute) and node.attr == "_tokenizer"]
     assert not private
@@ -195,8 +196,8 @@ def test_pretokenized_copies_a_byte_level_tokenizer_and_leaves_the_original():
 
     tokenizer = _tokenizer("roberta")
     before = tokenizer.backend_tokenizer.to_str()
-    copied = _words.pretokenized(tokenizer)
-    assert copied is not tokenizer and _words.pretokenized(tokenizer) is copied
+    copied = _samples.pretokenized(tokenizer)
+    assert copied is not tokenizer and _samples.pretokenized(tokenizer) is copied
     assert copied.tokenize(["the", "cat"], is_split_into_words=True)[0].startswith("\u0120")
     assert tokenizer.backend_tokenizer.to_str() == before
     assert tokenizer.tokenize("the cat")[0] == "the"  # no space put before the first word

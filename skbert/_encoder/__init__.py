@@ -8,6 +8,6 @@ and ONNX Runtime (``_engines``), with their checked, keyed exports
 of a forward pass (``_features``); the forward-pass cache (``_cache``), its
 stores in memory and on disk (``_stores``) and its keys (``_keys``); weights as
 bytes for pickles (``_persistence``) and files written atomically
-(``_files``). The estimators at the top of the package reach a model only
-through these modules; none of them imports an estimator.
+(``_files``). The estimators reach a model only through these modules; none
+of them imports an estimator.
 """

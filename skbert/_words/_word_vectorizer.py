@@ -4,9 +4,9 @@ import os
 
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from skbert import _words
 from skbert._base import FeaturesMixin
 from skbert._compat import StrOptions, _fit_context
+from skbert._words import _samples
 
 
 class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, TransformerMixin,
@@ -102,12 +102,12 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
     True
     """
 
-    _reads_words = True  # its samples are words (skbert._words.reads_words)
+    _reads_words = True  # its samples are words (skbert._words._samples.reads_words)
 
     _parameter_constraints: dict = {
         **{name: constraint for name, constraint in FeaturesMixin._parameter_constraints.items()
            if name != "pooling"},
-        "subword_pooling": [StrOptions(set(_words.SUBWORD_POOLINGS))],
+        "subword_pooling": [StrOptions(set(_samples.SUBWORD_POOLINGS))],
         "norm": [StrOptions({"l1", "l2", "max"}), None],
     }
 
@@ -162,9 +162,9 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
         -------
         self : BertWordVectorizer
         """
-        return self._fit(None if X is None else _words.check_words(X))
+        return self._fit(None if X is None else _samples.check_words(X))
 
-    _check_input = staticmethod(_words.check_words)
+    _check_input = staticmethod(_samples.check_words)
 
     def _texts_of(self, samples):
         """The texts of the samples' sentences, as int8 calibration reads them."""
@@ -213,7 +213,7 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
     def _features(self, samples, runner):
         layers, store = self._layers("mean"), self._store()
         # The alignment is kept for the next call while something is cached (a grid).
-        alignment = _words.align(self.tokenizer_, samples, self._window_length(),
+        alignment = _samples.align(self.tokenizer_, samples, self._window_length(),
                                  None if store is None else self)
         # A cache entry holds every layer, so that any other setting is served from it.
         stored = sorted(set(layers)) if store is None else list(range(self.n_layers_))
@@ -221,7 +221,7 @@ class BertWordVectorizer(ClassNamePrefixFeaturesOutMixin, FeaturesMixin, Transfo
                    self.subword_pooling)
         keys, progress = self._window_keys(alignment.windows)
         with progress:
-            return _words.features(runner, self.tokenizer_, alignment, keys, store, stored,
+            return _samples.features(runner, self.tokenizer_, alignment, keys, store, stored,
                                    setting, self._width(), self.batch_size, progress)
 
     def _width(self):

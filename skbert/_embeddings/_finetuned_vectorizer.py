@@ -24,9 +24,9 @@ from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._docs import LORA, shared
 from skbert._encoder import _engines, _loading
 from skbert._encoder._encoding import _model_inputs, tokenize
-from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
-from skbert._index import unit_rows
+from skbert._retrieval._index import unit_rows
 from skbert._train import _lora, _losses, _training
+from skbert._train._tuned_persistence import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._validation import TUPLE_WIDTHS, check_text_tuples, warn_at_caller
 from skbert._vectorizer import BertVectorizer
 
@@ -561,7 +561,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
             if len(y) != len(columns[0]):
                 raise ValueError(f"y has {len(y)} values for the {len(columns[0])} items of X.")
         if y is not None and len(columns) == 2:  # scored pairs: PairSimilarity's score
-            from skbert._search import PairSimilarity
+            from skbert._embeddings._pair_similarity import PairSimilarity
 
             return PairSimilarity(self).fit(X).score(X, y)
         distinct = list(dict.fromkeys(text for column in columns for text in column))

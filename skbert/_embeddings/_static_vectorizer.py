@@ -26,10 +26,10 @@ from sklearn.preprocessing import normalize
 from sklearn.utils.validation import check_is_fitted
 
 from skbert._compat import HasMethods, Interval, StrOptions, _fit_context
+from skbert._embeddings._finetuned_vectorizer import FineTunedVectorizer
 from skbert._encoder import _files
 from skbert._encoder._encoding import _encodable
-from skbert._search import _fitted, _is_fitted, _unfrozen
-from skbert._tuned import FineTunedVectorizer
+from skbert._fitted_state import _fitted, _is_fitted, _unfrozen
 from skbert._validation import check_single_texts
 from skbert._vectorizer import BertVectorizer
 

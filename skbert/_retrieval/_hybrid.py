@@ -24,14 +24,8 @@ from skbert._compat import (
     _fit_context,
     validate_parameter_constraints,
 )
-from skbert._search import (
-    _fitted,
-    _unfrozen,
-    fitted_reranker,
-    n_candidates,
-    reranked,
-    without_self,
-)
+from skbert._fitted_state import _fitted, _unfrozen
+from skbert._retrieval._search import fitted_reranker, n_candidates, reranked, without_self
 from skbert._validation import check_corpus_not_empty, check_single_texts
 
 

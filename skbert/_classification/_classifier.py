@@ -20,18 +20,14 @@ numpy arrays (``coef_``, ``intercept_``); the training loop is in
 """
 
 import dataclasses
-import inspect
 import os
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
+from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_array
-from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from skbert._base import EncoderMixin
 from skbert._compat import Hidden, Interval, StrOptions, _fit_context
@@ -40,182 +36,10 @@ from skbert._encoder import _engines, _loading
 from skbert._encoder._encoding import _model_inputs, tokenize
 from skbert._encoder._features import Extraction, n_features
 from skbert._train import _lora, _training
+from skbert._train._linear_head import LinearHead, LinearHeadClassifier, _check_samples
+from skbert._train._tuned_persistence import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._validation import check_texts, warn_at_caller
 from skbert._vectorizer import BertVectorizer
-
-
-@dataclasses.dataclass(frozen=True)
-class _Fitted:
-    """What a fit trained, which pickles read instead of the parameters: ``freeze``, the
-    base model's reference (:meth:`skbert._base.FeaturesMixin._reference`) and the adapters
-    of ``freeze="lora"``. Builtins and numpy arrays, so that it pickles as a dict."""
-
-    freeze: object
-    reference: dict
-    lora_factors: object = None  # freeze="lora": {module name: (A, B, scaling)}
-
-
-def _check_persist_weights(persist_weights, freeze, kept=("all", "lora")):
-    """Refuse ``persist_weights=False`` for a fit with ``freeze`` that trains the base weights
-    (those of ``kept`` do not)."""
-    if not persist_weights and freeze not in kept:
-        raise ValueError(
-            f"persist_weights=False pickles a reference to the base model, which a fit with "
-            f"freeze={freeze!r} changes by training it: fit with freeze="
-            f"{' or '.join(map(repr, kept))}, or use persist_weights=True."
-        )
-
-
-class TunedPersistence:
-    """Pickles of an estimator that trained its encoder: its fitted :class:`BertVectorizer`
-    (``_vectorizer``, over the tuned weights) and the :class:`_Fitted` record (``_fitted``).
-
-    With ``persist_weights`` the vectorizer pickles the weights it runs;
-    without, the pickle keeps the vectorizer unfitted and the record, and
-    unpickling loads the base model again, checks it against the reference
-    and merges the adapters back in.
-    """
-
-    _light = ("all", "lora")  # the freeze values whose fits may pickle light
-    # Parameters renamed since 0.1.0, {old name: new name}: the old one stays one release.
-    _renamed = {}
-
-    def __getstate__(self):
-        state = dict(super().__getstate__())  # a copy: it may be the live __dict__
-        if "_fitted" in state:
-            _check_persist_weights(self.persist_weights, self._fitted.freeze, self._light)
-            if not self.persist_weights:  # the vectorizer unfitted: _fitted has the reference
-                # Its int8 calibration texts as they were (calibration="fit" read fit's texts).
-                calibration = self._vectorizer._engine.calibration
-                state["_vectorizer"] = clone(self._vectorizer).set_params(
-                    revision=self._fitted.reference["revision"],
-                    calibration=None if calibration is None else list(calibration))
-            # Builtins, so that skops needs to trust no type beyond skbert's estimators.
-            state["_fitted"] = dataclasses.asdict(self._fitted)
-        return state
-
-    def __setstate__(self, state):
-        # A pickle of 0.1.0: its renamed parameters under their new names, and the parameters
-        # added since at their defaults.
-        for old, new in self._renamed.items():
-            if new not in state and old in state:
-                state[new], state[old] = state[old], "deprecated"
-        for name, parameter in inspect.signature(type(self).__init__).parameters.items():
-            if name != "self" and parameter.default is not parameter.empty:
-                state.setdefault(name, parameter.default)
-        fitted = state.get("_fitted")
-        if fitted is not None:
-            state["_fitted"] = fitted = _Fitted(**fitted)
-        super().__setstate__(state)
-        if fitted is not None and not self.persist_weights:  # find the base model again
-            vectorizer = self._vectorizer.fit()
-            vectorizer._check_reference(fitted.reference, type(self).__name__)
-            if fitted.lora_factors is not None:
-                vectorizer.model_ = _lora.merged(vectorizer.model_, fitted.lora_factors)
-
-    def _running(self):
-        """The fitted vectorizer as a shallow copy with ``device`` and ``batch_size`` as they
-        are now: where and in what batches inference runs, which changes nothing fitted."""
-        check_is_fitted(self)
-        vectorizer = object.__new__(type(self._vectorizer))
-        vectorizer.__dict__.update(self._vectorizer.__dict__)
-        return vectorizer.set_params(device=self.device, batch_size=self.batch_size)
-
-
-class LinearHead:
-    """The linear head over :meth:`transform`'s features (``coef_``, ``intercept_``)."""
-
-    def _linear_outputs(self, X):
-        return self.transform(X).astype(np.float64) @ self.coef_.T + self.intercept_
-
-
-class LinearHeadClassifier(ClassifierMixin, LinearHead):
-    """A classifier whose scores are its linear head's: BertClassifier, BertWordClassifier.
-
-    ``X`` below is what the estimator's ``fit`` takes: texts (or pairs) for
-    BertClassifier, word samples for BertWordClassifier.
-    """
-
-    _reads_words = False  # its samples are texts (skbert._words.reads_words)
-
-    def _class_targets(self, X, y, device):
-        """The classes of ``y`` (sorted), the class of each sample of ``X`` (as indices into
-        them) and ``class_weight``'s weights as a tensor on ``device`` (or None)."""
-        import torch
-
-        name = type(self).__name__
-        y = column_or_1d(y, warn=True)
-        _check_samples(X, y, name, "word samples" if self._reads_words else "texts")
-        check_classification_targets(y)
-        classes, encoded = np.unique(y, return_inverse=True)
-        if len(classes) < 2:
-            raise ValueError(
-                f"{name} needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {classes.tolist()[0]!r}."
-            )
-        if self.class_weight is None:
-            return classes, encoded, None
-        weights = compute_class_weight(self.class_weight, classes=classes, y=y)
-        return classes, encoded, torch.as_tensor(weights, dtype=torch.float32, device=device)
-
-    def _set_head(self, classes, weight, bias):
-        """``classes_``, ``coef_`` and ``intercept_`` from the trained head's arrays: for two
-        classes one decision, for ``classes_[1]``, as in LogisticRegression."""
-        if len(classes) == 2:
-            weight, bias = weight[1:] - weight[:1], bias[1:] - bias[:1]
-        self.classes_, self.coef_, self.intercept_ = classes, weight, bias
-
-    def decision_function(self, X):
-        """Scores of the linear head (logits).
-
-        Parameters
-        ----------
-        X : samples as ``fit`` takes them
-
-        Returns
-        -------
-        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
-            For two classes, the score of ``classes_[1]`` (positive means
-            ``classes_[1]``); otherwise one column per class of ``classes_``.
-        """
-        scores = self._linear_outputs(X)
-        return scores[:, 0] if len(self.classes_) == 2 else scores
-
-    def predict_proba(self, X):
-        """Class probabilities (softmax of the head's scores).
-
-        Parameters
-        ----------
-        X : samples as ``fit`` takes them
-
-        Returns
-        -------
-        proba : ndarray of shape (n_samples, n_classes)
-            One column per class, in the order of ``classes_``; rows sum to 1.
-        """
-        from scipy.special import expit, softmax
-
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            positive = expit(scores)
-            return np.column_stack([1 - positive, positive])
-        return softmax(scores, axis=1)
-
-    def predict(self, X):
-        """The most probable class of each sample.
-
-        Parameters
-        ----------
-        X : samples as ``fit`` takes them
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-            Labels from ``classes_``.
-        """
-        scores = self.decision_function(X)
-        best = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
-        return self.classes_[best]
 
 
 class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
@@ -462,14 +286,6 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
             One row per text, in input order.
         """
         return self._running().transform(X)
-
-
-def _check_samples(X, y, estimator, what="texts"):
-    if y is not None and len(X) != len(y):
-        raise ValueError(f"{estimator} got {len(X)} {what} and {len(y)} labels: give one "
-                         "label per sample.")
-    if not X:
-        raise ValueError(f"Found 0 {what} while a minimum of 1 is required by {estimator}.")
 
 
 @shared(FINETUNER)

@@ -2,11 +2,12 @@
 
 A linear head reads each target word's vector, the chosen layers pooled over
 its subwords exactly as :class:`skbert.BertWordVectorizer` pools them
-(:func:`skbert._words.subword_rows` and :func:`skbert._words.pool_subwords`,
-one pooling for both), and trains with the encoder, or with part of it
-(``freeze``). Training groups the samples by sentence: a batch is
-``batch_size`` windows (:func:`skbert._words.align`), each run through the
-encoder once per step for all of its labelled words. After ``fit`` a fitted
+(:func:`skbert._words._samples.subword_rows` and
+:func:`skbert._words._samples.pool_subwords`, one pooling for both), and
+trains with the encoder, or with part of it (``freeze``). Training groups the
+samples by sentence: a batch is ``batch_size`` windows
+(:func:`skbert._words._samples.align`), each run through the encoder once per
+step for all of its labelled words. After ``fit`` a fitted
 BertWordVectorizer over the tuned weights (or, with ``freeze="all"``, the
 frozen encoder and its cache) computes the head's input at inference.
 """
@@ -19,14 +20,15 @@ from sklearn.base import BaseEstimator
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from skbert import _words
 from skbert._compat import Interval, StrOptions, _fit_context
 from skbert._docs import LORA, shared
 from skbert._encoder import _loading
 from skbert._encoder._encoding import _model_inputs
-from skbert._finetune import LinearHeadClassifier, TunedPersistence, _check_persist_weights, _Fitted
 from skbert._train import _lora, _training
-from skbert._word_vectorizer import BertWordVectorizer
+from skbert._train._linear_head import LinearHeadClassifier
+from skbert._train._tuned_persistence import TunedPersistence, _check_persist_weights, _Fitted
+from skbert._words import _samples
+from skbert._words._word_vectorizer import BertWordVectorizer
 
 # The least optimizer steps of epochs="auto".
 _AUTO_EPOCHS, _AUTO_STEPS = 6, 300
@@ -171,7 +173,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
     (1, 3)
     """
 
-    _reads_words = True  # its samples are words (skbert._words.reads_words)
+    _reads_words = True  # its samples are words (skbert._words._samples.reads_words)
     _light = ("all", "lora")
 
     _parameter_constraints: dict = {
@@ -179,7 +181,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         "freeze": _training.FREEZE_CONSTRAINT,
         "layer": [Integral, list, tuple],
         "layer_combine": [StrOptions({"mean", "sum", "concat"})],
-        "subword_pooling": [StrOptions(set(_words.SUBWORD_POOLINGS))],
+        "subword_pooling": [StrOptions(set(_samples.SUBWORD_POOLINGS))],
         "lora_rank": [Interval(Integral, 1, None, closed="left")],
         "lora_alpha": [Interval(Real, 0, None, closed="neither")],
         "lora_dropout": [Interval(Real, 0, 1, closed="left")],
@@ -262,7 +264,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         """
         import torch
 
-        samples = _words.check_words(X)
+        samples = _samples.check_words(X)
         freeze = _training.resolved_freeze(self.freeze)
         _check_persist_weights(self.persist_weights, freeze, self._light)
         if freeze == "lora":
@@ -279,7 +281,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         labels = torch.as_tensor(encoded, device=device)
         # The rows of training are windows (sentences), each with the samples it holds.
         # With freeze="all" the vectorizer's transform below warns of words cut to a window.
-        alignment = _words.align(vectorizer.tokenizer_, samples, vectorizer._window_length(),
+        alignment = _samples.align(vectorizer.tokenizer_, samples, vectorizer._window_length(),
                                  vectorizer if freeze == "all" else None, warn=freeze != "all")
         n_rows = len(alignment.windows)
         by_row = np.argsort(alignment.window, kind="stable")
@@ -296,10 +298,10 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
             _, merged = _training.token_states(network.encoder, inputs, layers,
                                                self.layer_combine)
             owner = np.repeat(np.arange(len(rows)), bounds[rows + 1] - bounds[rows])
-            subwords, starts, counts = _words.subword_rows(
+            subwords, starts, counts = _samples.subword_rows(
                 np.full(len(rows), merged.shape[1]), owner, alignment.spans[targets])
             tokens = merged.reshape(-1, merged.shape[2])[torch.from_numpy(subwords).to(device)]
-            return _words.pool_subwords(tokens, starts, counts, self.subword_pooling), targets
+            return _samples.pool_subwords(tokens, starts, counts, self.subword_pooling), targets
 
         def batch_loss(network, rows):
             with _training.autocast(device, self.dtype):

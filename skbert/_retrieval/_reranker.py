@@ -12,7 +12,8 @@ for the encoder as loaded, the cache keeps them; the head is numpy arrays.
 ``fit(tuples)`` train through :func:`skbert._train._training.fit_network`,
 the skeleton every fine-tuner shares, with the losses of
 :data:`skbert._train._losses.RERANK_LOSSES`; the persistence rules (light
-pickles, references) are :class:`skbert._finetune.TunedPersistence`'s.
+pickles, references) are
+:class:`skbert._train._tuned_persistence.TunedPersistence`'s.
 """
 
 import copy
@@ -32,8 +33,8 @@ from skbert._docs import LORA, shared
 from skbert._encoder import _engines, _files, _loading
 from skbert._encoder._encoding import TOKENIZER_LOCK, _model_inputs, tokenize
 from skbert._encoder._features import Extraction
-from skbert._finetune import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._train import _lora, _losses, _training
+from skbert._train._tuned_persistence import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._validation import TUPLE_WIDTHS, check_text_tuples, check_texts
 from skbert._vectorizer import BertVectorizer
 
