@@ -36,18 +36,15 @@ CPU, torch's default threads.
   them, each choice scored on the test queries against the untuned settings
   at depth 100. Per-query nDCG@10 of every candidate is computed once, so a
   draw costs no search.
-- ``exact`` (item 18): ``ExactFusion``, a prototype of convex fusion in which
-  each candidate (the union of the stages' top 100) is scored exactly in
-  both stages (BM25: the query's ``transform_queries`` row times the
-  document's; the bi-encoder: the dot product of unit vectors) and
-  normalized (a) with each stage's statistics over its top 100, or (b) over
-  the whole corpus; (c) ranks every document with corpus statistics; its
-  ``clip`` mode is ``HybridSearch``'s convex fusion today (a document
-  outside a stage's top 100 takes that stage's lowest score there), checked
-  against it. Each mode's BM25 weight (9) x min-max / z-scores chosen on the
-  tuning queries, scored on the test queries; then SciFact's 300 test
-  queries in one call (7 interleaved rounds, medians, the encoder's cache
-  warm) by HybridSearch and by (a) and (b) at their choices.
+- ``exact`` (item 18): ``HybridSearch(depth=None)``, which scores every
+  document in both stages (BM25: the query's ``transform_queries`` row times
+  the document's; the bi-encoder: the dot product of unit vectors) and
+  normalizes each stage's scores over the whole corpus, against depth 100
+  (a document outside a stage's top 100 takes that stage's lowest score
+  there); each depth's BM25 weight (9) x min-max / z-scores chosen on the
+  tuning queries, scored on the test queries, with a paired bootstrap of
+  the gain; then SciFact's 300 test queries in one call (7 interleaved
+  rounds, medians, the encoder's cache warm) at both depths' choices.
 - Corpora of ``tuning`` and ``exact`` (``--corpora``): SciFact (tuning: the
   809 train queries; test: the 300); the bundled sample
   ``examples/data/scifact_sample`` (600 abstracts; 200 train claims, 80
@@ -531,95 +528,6 @@ def part_tuning(report):
     report["tuning"] = results
 
 
-class ExactFusion:
-    """Prototype of convex fusion with each candidate (the union of the stages' top
-    ``depth``) scored exactly in both stages: BM25's sparse row product, the dot product of
-    unit vectors. ``stats``: where each stage's min-max or z-score statistics come from,
-    "depth" (its top ``depth``, as HybridSearch) or "corpus" (every document); "all": every
-    document a candidate, corpus statistics. ``clip``: a score below the stage's top-depth
-    lowest takes that lowest, which with "depth" is HybridSearch's fusion today."""
-
-    def __init__(self, item, stats="depth", clip=False, normalization="minmax",
-                 weights=(0.5, 0.5), depth=100):
-        from sklearn.preprocessing import normalize
-
-        self.item, self.stats, self.clip = item, stats, clip
-        self.normalization, self.weights = normalization, weights
-        self.depth = min(depth, len(item.documents))
-        self.bm25_columns = item.bm25.vectorizer_.transform(item.documents).T.tocsr()
-        self.unit = normalize(item.dense.vectorizer_.transform(item.documents))
-
-    def inputs(self, texts):
-        """What the weights and the normalization do not change: (candidates, exact scores
-        of both stages, the low, high, mean and standard deviation of each)."""
-        from sklearn.preprocessing import normalize
-
-        bm25, dense = self.item.bm25, self.item.dense
-        rankings = [stage.search(texts, k=self.depth) for stage in (bm25, dense)]
-        bm25_scores = (bm25.vectorizer_.transform_queries(texts) @ self.bm25_columns).toarray()
-        queries = normalize(dense.vectorizer_.transform(texts))
-        if self.stats == "all":
-            candidates = np.broadcast_to(np.arange(len(self.unit)), bm25_scores.shape)
-        else:
-            candidates = np.sort(np.hstack([indices for _, indices in rankings]), axis=1)
-        exact = [np.take_along_axis(bm25_scores, candidates, axis=1)]
-        if self.stats == "depth":  # the candidates' rows alone, in blocks of queries
-            exact.append(np.concatenate([
-                np.einsum("qd,qcd->qc", queries[i:i + 64], self.unit[candidates[i:i + 64]])
-                for i in range(0, len(texts), 64)]))
-            sources = [scores for scores, _ in rankings]
-        else:
-            dense_scores = queries @ self.unit.T
-            exact.append(np.take_along_axis(dense_scores, candidates, axis=1))
-            sources = [bm25_scores, dense_scores]
-        statistics = [[function(np.asarray(source, dtype=np.float64), axis=1, keepdims=True)
-                       for function in (np.min, np.max, np.mean, np.std)] for source in sources]
-        floors = [scores.min(axis=1, keepdims=True) for scores, _ in rankings]
-        return candidates, [self.listed(candidates, scores, ranking)
-                            for scores, ranking in zip(exact, rankings)], statistics, floors
-
-    def listed(self, candidates, exact, ranking):
-        """``exact`` (the candidates' scores in one stage) with the stage's own score where
-        its top ``depth`` lists the candidate: the same number, rounded as the stage rounded
-        it, so that a tie of HybridSearch's (equal weights, min-max: 1 + 0 = 0 + 1) stays a
-        tie here."""
-        scores, indices = ranking
-        offsets = np.arange(len(indices))[:, None] * len(self.unit)
-        keys = (indices + offsets).ravel()
-        order = np.argsort(keys)
-        wanted = (candidates + offsets).ravel()
-        position = order[np.minimum(np.searchsorted(keys, wanted, sorter=order), len(keys) - 1)]
-        found = keys[position] == wanted
-        merged = np.asarray(exact, dtype=np.float64).ravel()
-        merged[found] = scores.ravel()[position[found]]
-        return merged.reshape(candidates.shape)
-
-    def fused(self, inputs, k=10):
-        candidates, exact, statistics, floors = inputs
-        weights = np.asarray(self.weights, dtype=np.float64) / np.sum(self.weights)
-        total = np.zeros(candidates.shape)
-        for weight, scores, (low, high, mean, std), floor in zip(weights, exact, statistics,
-                                                                 floors):
-            if self.clip:
-                scores = np.maximum(scores, floor)
-            center, spread = (low, high - low) if self.normalization == "minmax" else (mean, std)
-            total += weight * (scores - center) / np.where(spread > 0, spread, 1.0)
-        total[:, 1:][candidates[:, 1:] == candidates[:, :-1]] = -np.inf  # one entry a document
-        order = np.lexsort((candidates, -total), axis=1)[:, :k]
-        return (np.take_along_axis(total, order, axis=1),
-                np.take_along_axis(candidates, order, axis=1))
-
-    def search(self, texts, k=10):
-        return self.fused(self.inputs(texts), k)
-
-
-EXACT_MODES = {"top-depth (HybridSearch today)": {"stats": "depth", "clip": True},
-               "(a) exact, top-depth statistics": {"stats": "depth"},
-               "(b) exact, corpus statistics": {"stats": "corpus"},
-               "(b') top-depth scores, corpus statistics": {"stats": "corpus", "clip": True},
-               "(c) every document, corpus statistics": {"stats": "all"}}
-
-
 def convex_grid():
     return [(normalization, [float(w), float(1 - w)])
             for normalization in ("minmax", "zscore") for w in WEIGHTS]
@@ -637,100 +545,80 @@ def interleaved(runs, repeats):
 
 
 def part_exact(report):
-    """Item 18: exact convex fusion, tuned on the tuning queries; its query time (SciFact)."""
+    """Item 18: ``HybridSearch(depth=None)`` (every document scored in both stages, each
+    stage's scores normalized over the whole corpus) against depth 100, each with its BM25
+    weight and normalization chosen on the tuning queries; on SciFact, their query time."""
     from scipy.stats import binomtest
 
     results = {}
     for name in TASKS:
         item, start = task(name), time.perf_counter()
         rows = {}
-        for mode, settings in EXACT_MODES.items():
-            prototype = ExactFusion(item, **settings)
-            inputs = {split: prototype.inputs(judged_texts(item, split))
-                      for split in ("tune", "test")}
-            grid, per_query = {}, {}
+        for depth in (100, None):
+            grid = {}
             for normalization, weights in convex_grid():
-                prototype.normalization, prototype.weights = normalization, weights
-                label = f"{normalization} {weights[0]:.1f}"
-                tune, per_query[label] = (query_ndcg(item, split, prototype.fused(inputs[split]))
-                                          for split in ("tune", "test"))
-                grid[label] = [float(tune.mean()), float(per_query[label].mean())]
-            best = max(grid, key=lambda label: grid[label][0])  # the first best, train only
-            rows[mode] = {"chosen": best, "tune": grid[best][0], "test": grid[best][1],
-                          "grid": grid, "test_per_query": per_query[best].tolist()}
-        hybrid = item.hybrid.set_params(depth=100, fusion="convex")
-        today = {f"{normalization} {weights[0]:.1f}": float(searched_ndcg(
-            item, "test", hybrid.set_params(normalization=normalization, weights=weights)).mean())
-            for normalization, weights in convex_grid()}
-        agreement = max(abs(today[label] - scores[1]) for label, scores in
-                        rows["top-depth (HybridSearch today)"]["grid"].items())
-        results[name] = {**rows, "hybrid_search_test": today,
-                         "largest |prototype top-depth - HybridSearch|": agreement,
-                         "seconds": time.perf_counter() - start}
-        print(f"  {name} ({results[name]['seconds']:.0f} s): the prototype's top-depth mode "
-              f"against HybridSearch's test nDCG@10 over the 18: largest difference "
-              f"{agreement:.1e}")
-        today = np.array(rows["top-depth (HybridSearch today)"]["test_per_query"])
-        for mode in EXACT_MODES:
-            gain = np.array(rows[mode]["test_per_query"]) - today
-            # The gain's 95% interval over test queries drawn again (paired bootstrap).
-            means = gain[np.random.default_rng(0).integers(0, len(gain), (2000, len(gain)))]
-            better, worse = int((gain > 0).sum()), int((gain < 0).sum())
-            rows[mode]["against today"] = {
-                "better": better, "worse": worse,
-                "sign_test_p": binomtest(better, better + worse).pvalue if better + worse else 1.0,
-                "interval": np.percentile(means.mean(axis=1), [2.5, 97.5]).tolist()}
-            print(f"    {mode}: chosen {rows[mode]['chosen']} (tune {rows[mode]['tune']:.5f}): "
-                  f"test {rows[mode]['test']:.5f}; against top-depth tuned: "
-                  f"{gain.mean():+.5f}, 95% [{{:+.4f}}, {{:+.4f}}], ".format(
-                      *rows[mode]["against today"]["interval"])
-                  + f"{better} queries better, {worse} worse (sign test p "
-                  f"{rows[mode]['against today']['sign_test_p']:.3f})", flush=True)
-    print("\n  | fusion | " + " | ".join(TASKS) + " | mean |\n  |---"
+                item.hybrid.set_params(fusion="convex", depth=depth, weights=weights,
+                                       normalization=normalization)
+                grid[f"{normalization} {weights[0]:.1f}"] = [
+                    searched_ndcg(item, split, item.hybrid) for split in ("tune", "test")]
+            best = max(grid, key=lambda label: grid[label][0].mean())  # the first best
+            rows[f"depth {depth}"] = {
+                "chosen": best, "tune": float(grid[best][0].mean()),
+                "test": float(grid[best][1].mean()), "test_per_query": grid[best][1].tolist(),
+                "grid": {label: [float(tune.mean()), float(test.mean())]
+                         for label, (tune, test) in grid.items()}}
+        gain = (np.array(rows["depth None"]["test_per_query"])
+                - np.array(rows["depth 100"]["test_per_query"]))
+        # The gain's 95% interval over test queries drawn again (paired bootstrap).
+        means = gain[np.random.default_rng(0).integers(0, len(gain), (2000, len(gain)))]
+        better, worse = int((gain > 0).sum()), int((gain < 0).sum())
+        rows["gain"] = {"mean": float(gain.mean()), "better": better, "worse": worse,
+                        "sign_test_p": binomtest(better, better + worse).pvalue
+                        if better + worse else 1.0,
+                        "interval": np.percentile(means.mean(axis=1), [2.5, 97.5]).tolist()}
+        rows["seconds"] = time.perf_counter() - start
+        results[name] = rows
+        print(f"  {name} ({rows['seconds']:.0f} s): " + "; ".join(
+            f"depth {depth}: chosen {rows[f'depth {depth}']['chosen']} (tune "
+            f"{rows[f'depth {depth}']['tune']:.4f}), test {rows[f'depth {depth}']['test']:.4f}"
+            for depth in (100, None))
+            + f"; gain {gain.mean():+.5f}, 95% [{rows['gain']['interval'][0]:+.4f}, "
+            f"{rows['gain']['interval'][1]:+.4f}], {better} queries better, {worse} worse "
+            f"(sign test p {rows['gain']['sign_test_p']:.3f})", flush=True)
+    print("\n  | convex fusion | " + " | ".join(TASKS) + " | mean |\n  |---"
           + "|---" * (len(TASKS) + 1) + "|")
-    for mode in EXACT_MODES:
+    for depth in (100, None):
         for setting in ("tuned", "minmax 0.5", "zscore 0.5"):
-            values = [results[name][mode]["test"] if setting == "tuned" else
-                      results[name][mode]["grid"][setting][1] for name in TASKS]
-            print(f"  | {mode}, {setting} | " + " | ".join(f"{value:.4f}" for value in values)
+            values = [results[name][f"depth {depth}"]["test"] if setting == "tuned" else
+                      results[name][f"depth {depth}"]["grid"][setting][1] for name in TASKS]
+            print(f"  | depth {depth}, {setting} | " + " | ".join(f"{v:.4f}" for v in values)
                   + f" | {np.mean(values):.4f} |")
     if "scifact" in results:
-        print("  SciFact, BM25 weight: tune / test nDCG@10 of each mode:")
-        for label in results["scifact"]["(a) exact, top-depth statistics"]["grid"]:
-            print(f"    {label}: " + "; ".join(
-                "{:.4f} / {:.4f}".format(*results["scifact"][mode]["grid"][label])
-                for mode in EXACT_MODES))
         results["seconds"] = exact_seconds(results["scifact"])
     report["exact"] = results
 
 
 def exact_seconds(rows, repeats=7):
-    """SciFact's 300 test queries in one call, each fusion at its choice on the train queries,
+    """SciFact's 300 test queries in one call at each depth's choice on the train queries,
     ``repeats`` interleaved rounds (the encoder's cache warm: queries read, not encoded);
-    "query rows again": the prototype's second transform of the queries, which a fusion
-    inside HybridSearch would take from its stages; then the queries encoded cold."""
+    then the queries encoded cold, for scale."""
     item = task("scifact")
     texts = judged_texts(item, "test")
-    chosen = {mode: rows[mode]["chosen"].split() for mode in EXACT_MODES}
-    runs = {"HybridSearch (top-depth)": lambda: item.hybrid.search(texts, k=10)}
-    normalization, weight = chosen["top-depth (HybridSearch today)"]
-    item.hybrid.set_params(fusion="convex", depth=100, normalization=normalization,
-                           weights=[float(weight), 1 - float(weight)])
-    for mode in ("(a) exact, top-depth statistics", "(b) exact, corpus statistics"):
-        normalization, weight = chosen[mode]
-        prototype = ExactFusion(item, **EXACT_MODES[mode], normalization=normalization,
-                                weights=(float(weight), 1 - float(weight)))
-        runs[mode] = lambda prototype=prototype: prototype.search(texts)
-    runs["query rows again"] = lambda: (item.bm25.vectorizer_.transform_queries(texts),
-                                        item.dense.vectorizer_.transform(texts))
+    runs = {}
+    for depth in (100, None):
+        normalization, weight = rows[f"depth {depth}"]["chosen"].split()
+        params = {"fusion": "convex", "depth": depth, "normalization": normalization,
+                  "weights": [float(weight), 1 - float(weight)]}
+        runs[f"depth {depth}"] = (lambda params=params:
+                                  item.hybrid.set_params(**params).search(texts, k=10))
     seconds = interleaved(runs, repeats)
     cold = dense_vectorizer().set_params(cache=False).fit()
     seconds["queries encoded, no cache"] = interleaved({"": lambda: cold.transform(texts)},
                                                        3)[""]
-    base = np.median(seconds["HybridSearch (top-depth)"])
+    base = np.median(seconds["depth 100"])
     for name, values in seconds.items():
         print(f"  {name}: median {1000 * np.median(values) / len(texts):.3f} ms a query, "
-              f"{np.median(values) / base:.2f}x HybridSearch's (runs: "
+              f"{np.median(values) / base:.2f}x depth 100's (runs: "
               + ", ".join(f"{value:.3f}" for value in values) + " s)", flush=True)
     return seconds
 

@@ -14,6 +14,7 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils import estimator_checks
 
 from skbert import BertVectorizer, BM25Vectorizer, HybridSearch, SimilaritySearch
+from skbert._retrieval import _hybrid
 from skbert._retrieval._hybrid import fuse
 from tests.conftest import DATA_FREE_CHECKS, count_forward_rows, run_without_torch
 
@@ -362,8 +363,10 @@ def test_the_first_k_of_a_longer_list_is_the_shorter_list(seed):
         ("chars", SimilaritySearch(TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3)))),
         ("dense", SimilaritySearch(dense)),
     ], depth=int(rng.integers(1, n_documents)), weights=rng.uniform(0.1, 1, size=3)).fit(corpus)
-    for params in ({"fusion": "rrf"}, {"fusion": "convex", "normalization": "minmax"},
-                   {"fusion": "convex", "normalization": "zscore"}):
+    depths = (search.depth, None)
+    for params in ParameterGrid([{"fusion": ["rrf"], "depth": depths},
+                                 {"fusion": ["convex"], "normalization": ["minmax", "zscore"],
+                                  "depth": depths}]):
         search.set_params(**params)
         longest = search.search(queries, k=n_documents)
         neighbours = search.kneighbors(n_neighbors=n_documents - 1)
@@ -416,7 +419,7 @@ def test_the_settings_are_checked_before_any_stage_is_fitted(settings, message):
 
 
 def test_the_weights_are_scaled_to_sum_to_one():
-    search = bm25_and_chars(n_neighbors=len(DOCUMENTS) - 1).fit(DOCUMENTS)
+    search = bm25_and_chars(normalization="minmax", n_neighbors=len(DOCUMENTS) - 1).fit(DOCUMENTS)
     expected = search.search(QUERIES, k=len(DOCUMENTS))
     for weights in ([1.0, 1.0], [3.0, 3.0], [0.5, 0.5]):
         got = search.set_params(weights=weights).search(QUERIES, k=len(DOCUMENTS))
@@ -448,3 +451,66 @@ def test_fuse_builds_nothing_of_the_corpus_width():
     for fusion in ("rrf", "convex"):
         scores, indices = fuse(rankings, [1, 1], 10**12, fusion, k=40)
         assert indices.shape == (6, 40) and (indices < 10**12).all()
+
+
+@pytest.mark.parametrize("settings", [{"fusion": "rrf"}, {"normalization": "minmax"},
+                                      {"normalization": "zscore"}])
+def test_depth_none_is_the_depth_of_the_corpus_size(settings, monkeypatch):
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.pipeline import make_pipeline
+
+    corpus = random_corpus(np.random.default_rng(0), 40)
+    queries = [*QUERIES, *corpus[:5], "no word of the corpus"]
+    dense = make_pipeline(TfidfVectorizer(), TruncatedSVD(n_components=4, random_state=0))
+    search = HybridSearch([("bm25", SimilaritySearch(BM25Vectorizer())),
+                           ("dense", SimilaritySearch(dense))],
+                          weights=[0.3, 0.7], **settings).fit(corpus)
+    expected = search.set_params(depth=len(corpus)).search(queries, k=len(corpus))
+    monkeypatch.setattr(_hybrid, "_BLOCK_VALUES", 3 * len(corpus))  # blocks of 3 queries
+    for k in (1, 7, len(corpus)):
+        scores, indices = search.set_params(depth=None).search(queries, k=k)
+        np.testing.assert_allclose(scores, expected[0][:, :k], rtol=1e-5, atol=1e-7)
+        # Where two documents' scores differ only by rounding, their order may too.
+        same = indices == expected[1][:, :k]
+        assert same.mean() > 0.95
+        np.testing.assert_allclose(np.sort(expected[0][:, :k])[~same.all(axis=1)],
+                                   np.sort(scores)[~same.all(axis=1)], rtol=1e-5)
+
+
+def test_depth_none_differs_from_the_top_depth_only_by_its_statistics():
+    # A document outside BM25's top 2 takes its floor at depth=2, its own score at None.
+    search = bm25_and_chars(depth=2, normalization="minmax").fit(DOCUMENTS)
+    top = search.search(["the cat in the park"], k=len(DOCUMENTS))
+    everywhere = search.set_params(depth=None).search(["the cat in the park"],
+                                                       k=len(DOCUMENTS))
+    assert top[1].tolist() != everywhere[1].tolist()
+    exact = [SimilaritySearch(vectorizer).fit(DOCUMENTS).search(["the cat in the park"],
+                                                                k=len(DOCUMENTS))
+             for vectorizer in (BM25Vectorizer(),
+                                TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 4)))]
+    fused = np.zeros(len(DOCUMENTS))
+    for scores, indices in exact:
+        fused[indices[0]] += 0.5 * (scores[0] - scores[0].min()) / np.ptp(scores[0])
+    np.testing.assert_allclose(everywhere[0][0], np.sort(fused)[::-1], rtol=1e-6)
+
+
+def _dense_words():
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.pipeline import make_pipeline
+
+    return make_pipeline(TfidfVectorizer(), TruncatedSVD(n_components=3, random_state=0))
+
+
+@pytest.mark.parametrize("stage, message", [
+    (SimilaritySearch(BM25Vectorizer(), reranker=LengthReranker()), "a reranker of its own"),
+    (SimilaritySearch(_dense_words(), backend="faiss"), "backend='faiss'"),
+])
+def test_depth_none_refuses_a_stage_that_ranks_only_its_top_k(stage, message):
+    if "faiss" in message:
+        pytest.importorskip("faiss")
+    search = HybridSearch([("bm25", stage),
+                           ("words", SimilaritySearch(TfidfVectorizer()))],
+                          depth=None).fit(DOCUMENTS)
+    with pytest.raises(ValueError, match=f"depth=None scores every document.*'bm25' "
+                                         f"\\({message}\\)"):
+        search.search(QUERIES, k=2)

@@ -171,6 +171,24 @@ def _memory_mapped(vectors):
 INDEXES = {"float32": FloatIndex, "int8": Int8Index, "binary": BinaryIndex}
 
 
+def best_k(scores, indices, k):
+    """The ``k`` best ``(scores, indices)`` of each row, in no order: by score, and where
+    scores tie at the cut (BM25's zeros, repeated texts), the lower indices."""
+    keep = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    # argpartition chose among the ties at the cut at random: take the lower indices there.
+    lowest = np.take_along_axis(scores, keep, axis=1).min(axis=1)
+    tied = (scores >= lowest[:, None]).sum(axis=1) > k
+    if tied.any():
+        keep[tied] = np.lexsort((indices[tied], -scores[tied]), axis=1)[:, :k]
+    return np.take_along_axis(scores, keep, axis=1), np.take_along_axis(indices, keep, axis=1)
+
+
+def in_order(scores, indices):
+    """Each row's ``(scores, indices)`` by score descending, then by the lower index."""
+    order = np.lexsort((indices, -scores), axis=1)
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(indices, order, axis=1)
+
+
 def top_k_blocked(queries, corpus, k, block_size):
     """Top-``k`` similarities of each query row over ``corpus``, descending.
 
@@ -201,17 +219,7 @@ def top_k_blocked(queries, corpus, k, block_size):
             best_scores = np.concatenate([best_scores, sims.astype(np.float32)], axis=1)
             best_indices = np.concatenate([best_indices, ids], axis=1)
             if best_scores.shape[1] > k:
-                keep = np.argpartition(-best_scores, k - 1, axis=1)[:, :k]
-                # Where a score left out equals the lowest one kept (BM25's zeros, repeated
-                # texts), the partition chose among the ties at random: take the lower indices.
-                lowest = np.take_along_axis(best_scores, keep, axis=1).min(axis=1)
-                tied = (best_scores >= lowest[:, None]).sum(axis=1) > k
-                if tied.any():
-                    keep[tied] = np.lexsort((best_indices[tied], -best_scores[tied]),
-                                            axis=1)[:, :k]
-                best_scores = np.take_along_axis(best_scores, keep, axis=1)
-                best_indices = np.take_along_axis(best_indices, keep, axis=1)
-        order = np.lexsort((best_indices, -best_scores), axis=1)
-        scores[q_start:q_start + block_size] = np.take_along_axis(best_scores, order, axis=1)
-        indices[q_start:q_start + block_size] = np.take_along_axis(best_indices, order, axis=1)
+                best_scores, best_indices = best_k(best_scores, best_indices, k)
+        scores[q_start:q_start + block_size], indices[q_start:q_start + block_size] = (
+            in_order(best_scores, best_indices))
     return scores, indices
