@@ -68,11 +68,11 @@ convex z-scores 0.7301 / 0.9469 / 0.9522 (0.8764), all at depth 100 (depth 50 an
 better on the mean). Tuned on 10, 25, 50, 100, 200 SciFact train queries: 0.7028, 0.7070,
 0.7274, 0.7206, 0.7220 (means of 5 draws; all 809: 0.7301), beating RRF in 0, 1, 5, 4, 4
 draws of 5 and convex z-scores in none (on the sample none either; on STS-B, where the
-bi-encoder is the stronger stage, all from 10 queries). ``exact``, tuned, SciFact test:
-top-depth 0.7301, (a) 0.7296, (b) 0.7331 (+0.00305; 25 queries better, 8 worse; bootstrap
-95% [-0.005, +0.011]); the sample +0.016, STS-B +0.003; (b) min-max at BM25 0.4: 0.7314, the
-issue's reference figure. Query time, cache warm: (a) 1.45-1.50x, (b) 1.51-1.55x
-HybridSearch's, 0.28-0.30x of it the prototype's second encoding of the queries.
+bi-encoder is the stronger stage, all from 10 queries). Re-run after issue 72's fusion fixes:
+the same figures. ``exact`` (the prototype then, HybridSearch(depth=None) now: the same
+nDCG@10), tuned, SciFact test: depth 100 0.7301, depth None 0.7331 (+0.00305; 25 queries
+better, 8 worse; bootstrap 95% [-0.005, +0.011]); the sample +0.016, STS-B +0.003. Query
+time, cache warm, idle Zen 4: depth None 1.37x depth 100's (0.684 vs 0.498 ms a query).
 
 Needs ``pip install bm25s PyStemmer`` (the ``dev`` extra) and the shared data
 (``../shared/data/scifact``, ``../shared/data/stsb``). Run: ``python
