@@ -341,3 +341,23 @@ def test_a_pickled_bm25_search_searches_the_same():
     loaded = pickle.loads(pickle.dumps(search))
     for got, expected in zip(loaded.search(QUERIES, k=3), search.search(QUERIES, k=3)):
         np.testing.assert_array_equal(got, expected)
+
+
+
+def test_where_a_release_renames_count_vectorizers_checks_the_stop_words_check_remains():
+    # skbert._compat's fallback: a CountVectorizer without the private checks still has its
+    # public build_analyzer run, which warns about stop words its preprocessing cannot match.
+    from skbert._compat import check_count_vectorizer
+
+    class Renamed:  # the public face of a CountVectorizer whose private checks were renamed
+        def __init__(self, **settings):
+            self.counter = CountVectorizer(**settings)
+
+        def build_analyzer(self):
+            return self.counter.build_analyzer()
+
+    with pytest.warns(UserWarning, match="stop_words may be inconsistent"):
+        check_count_vectorizer(Renamed(stop_words=["The", "cat"]))
+    check_count_vectorizer(Renamed(ngram_range=(2, 1)))  # its check gone: no error of ours
+    with pytest.raises(ValueError, match=re.escape("Invalid value for ngram_range=(2, 1)")):
+        check_count_vectorizer(CountVectorizer(ngram_range=(2, 1)))
