@@ -31,7 +31,7 @@ from skbert._retrieval._search import fitted_reranker, n_candidates, reranked, w
 from skbert._validation import check_corpus_not_empty, check_single_texts
 
 
-def fuse(rankings, weights, n_documents, fusion="convex", normalization="minmax", rrf_k=60,
+def fuse(rankings, weights, n_documents, fusion="convex", normalization="zscore", rrf_k=60,
          k=10, no_match_at_zero=None):
     """The top ``k`` of one fused ranking of the corpus, for each query.
 
@@ -57,7 +57,7 @@ def fuse(rankings, weights, n_documents, fusion="convex", normalization="minmax"
         weighted sum of ``1 / (rrf_k + rank)``, ranks from 1, tied scores
         sharing the best rank of the tie; a document a stage did not rank,
         or did not match, takes nothing from it.
-    normalization : {"minmax", "zscore"}
+    normalization : {"zscore", "minmax"}
         "convex"'s per-query scaling: to [0, 1] (all equal scores: 0), or to
         mean 0 and standard deviation 1 (all equal: 0).
     rrf_k : float
@@ -132,7 +132,7 @@ def _normalized(scores, normalization):
     return (scores - scores.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
 
 
-def fuse_everywhere(scores, weights, fusion="convex", normalization="minmax", rrf_k=60, k=10,
+def fuse_everywhere(scores, weights, fusion="convex", normalization="zscore", rrf_k=60, k=10,
                     no_match_at_zero=None):
     """:func:`fuse` where every stage scored every document: its ranking at a ``depth`` of
     the corpus size, each stage's scores normalized (or ranked) over the whole corpus.
