@@ -58,8 +58,8 @@ def fuse(rankings, weights, n_documents, fusion="convex", normalization="zscore"
         sharing the best rank of the tie; a document a stage did not rank,
         or did not match, takes nothing from it.
     normalization : {"zscore", "minmax"}
-        "convex"'s per-query scaling: to [0, 1] (all equal scores: 0), or to
-        mean 0 and standard deviation 1 (all equal: 0).
+        "convex"'s per-query scaling: to mean 0 and standard deviation 1 (all
+        equal scores: 0), or to [0, 1] (all equal: 0).
     rrf_k : float
         "rrf"'s rank offset: larger flattens the gap between ranks.
     k : int
