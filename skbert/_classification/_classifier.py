@@ -36,7 +36,12 @@ from skbert._encoder import _engines, _loading
 from skbert._encoder._encoding import _model_inputs, tokenize
 from skbert._encoder._features import Extraction, n_features
 from skbert._train import _lora, _training
-from skbert._train._linear_head import LinearHead, LinearHeadClassifier, _check_samples
+from skbert._train._linear_head import (
+    LinearHead,
+    LinearHeadClassifier,
+    _check_samples,
+    is_label_indicator,
+)
 from skbert._train._tuned_persistence import TunedPersistence, _check_persist_weights, _Fitted
 from skbert._validation import check_texts, warn_at_caller
 from skbert._vectorizer import BertVectorizer
@@ -304,24 +309,47 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
     ``max_length``, ``truncation``, ``dtype``, ``freeze`` and the adapters of
     the last fit, never a parameter set since. Only ``device`` and
     ``batch_size`` (where and in what batches inference runs) are read when it
-    runs, and ``persist_weights`` (how to pickle) when pickling.
+    runs, ``threshold`` (where a label holds, for multi-label targets) when
+    :meth:`predict` runs, and ``persist_weights`` (how to pickle) when
+    pickling.
+
+    Multi-label targets: ``y`` a label-indicator matrix (n_texts, n_labels)
+    of 0/1, dense or sparse (:class:`sklearn.preprocessing.MultiLabelBinarizer`
+    makes one from lists of labels), trains one sigmoid per label by binary
+    cross-entropy; ``classes_``, :meth:`predict_proba` (n_texts, n_labels)
+    and :meth:`predict` (a 0/1 indicator) are as
+    :class:`sklearn.neural_network.MLPClassifier` gives them, so
+    scikit-learn's multi-label scorers (``f1_score(average="micro")``,
+    ``jaccard_score``) read them, and :meth:`score` is the subset accuracy.
 
     Parameters
     ----------
     %(training)s
-    class_weight : dict, "balanced" or None, default=None
+    class_weight : dict, list of dict, "balanced" or None, default=None
         Weights of the classes in the loss, as in
-        :class:`sklearn.linear_model.LogisticRegression`.
+        :class:`sklearn.linear_model.LogisticRegression`. For a
+        label-indicator ``y``: "balanced" weighs each label's positives and
+        negatives by ``n_samples / (2 * their count)``, or a list of one dict
+        ``{0: weight, 1: weight}`` per label column.
+    threshold : float in [0, 1], default=0.5
+        For a label-indicator ``y`` (multi-label): :meth:`predict` says a
+        label holds where its probability is at least ``threshold``. Read
+        when :meth:`predict` runs, so ``set_params(threshold=...)`` applies to
+        a fitted classifier without training again (``GridSearchCV`` refits
+        all the same). Unused for one label per text: a value other than 0.5
+        is then refused.
     %(running)s
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-        The class labels, sorted.
+        The class labels, sorted; for a label-indicator ``y``, the label
+        columns ``0 ... n_labels - 1``.
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         Weights of the linear head on :meth:`transform`'s features; one row
         for two classes (the decision for ``classes_[1]``), as in
-        :class:`sklearn.linear_model.LogisticRegression`.
+        :class:`sklearn.linear_model.LogisticRegression`; one row per label
+        for a label-indicator ``y``.
     intercept_ : ndarray of shape (1,) or (n_classes,)
         Biases of the linear head.
     %(fitted)s
@@ -347,7 +375,8 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
 
     _parameter_constraints: dict = {
         **_BaseFinetuner._parameter_constraints,
-        "class_weight": [dict, StrOptions({"balanced"}), None],
+        "class_weight": [dict, list, StrOptions({"balanced"}), None],
+        "threshold": [Interval(Real, 0, 1, closed="both")],
     }
 
     def __init__(
@@ -372,6 +401,7 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         validation_fraction=0.1,
         n_iter_no_change=2,
         class_weight=None,
+        threshold=0.5,
         random_state=None,
         device="auto",
         dtype="float32",
@@ -395,6 +425,7 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
             verbose=verbose, max_epochs=max_epochs, warmup_ratio=warmup_ratio,
         )
         self.class_weight = class_weight
+        self.threshold = threshold
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
@@ -404,8 +435,9 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         ----------
         X : iterable of str, or of (str, str) pairs
             Training texts, or text pairs (a cross-encoder).
-        y : array-like of shape (n_texts,)
-            Class labels of any type (strings included).
+        y : array-like of shape (n_texts,), or (n_texts, n_labels) of 0/1
+            Class labels of any type (strings included); or a label-indicator
+            matrix, dense or sparse, for texts with any number of labels.
 
         Returns
         -------
@@ -415,19 +447,45 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         import torch
 
         texts = check_texts(X)
-        classes, encoded, weights = self._class_targets(
-            texts, y, _loading.resolve_device(self.device))
+        device = _loading.resolve_device(self.device)
+        multilabel = is_label_indicator(y, "BertClassifier")
+        if multilabel:
+            classes, targets, weights = self._label_targets(texts, y, device)
 
-        def loss(outputs, targets):
-            return torch.nn.functional.cross_entropy(outputs, targets[:, 0], weight=weights)
+            def loss(outputs, targets):
+                return torch.nn.functional.binary_cross_entropy_with_logits(
+                    outputs, targets,
+                    weight=None if weights is None else torch.where(targets == 1, *weights))
 
-        vectorizer, fitted, trained = self._fit(texts, encoded[:, None], len(classes), loss,
-                                                stratify=encoded)
+            stratify = None
+        else:
+            if self.threshold != 0.5:
+                raise ValueError(
+                    f"threshold={self.threshold!r} says where a label holds for multi-label "
+                    "targets (a label-indicator y of shape (n_texts, n_labels)); this y has one "
+                    "label per text, whose predicted class is the most probable: leave "
+                    "threshold at 0.5.")
+            classes, encoded, weights = self._class_targets(texts, y, device)
+            targets, stratify = encoded[:, None], encoded
+
+            def loss(outputs, targets):
+                return torch.nn.functional.cross_entropy(outputs, targets[:, 0], weight=weights)
+
+        vectorizer, fitted, trained = self._fit(texts, targets, len(classes), loss,
+                                                stratify=stratify)
         self._assign(vectorizer, fitted, trained)
+        self._multilabel = multilabel
         self._set_head(classes, *trained.head)
         return self
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags
+
     def _score_outputs(self, outputs, targets):
+        if targets.dtype.kind == "f":  # a label indicator's targets: the subset accuracy
+            return accuracy_score(targets, (outputs >= 0).astype(int))
         return accuracy_score(targets[:, 0], outputs.argmax(axis=1))
 
 

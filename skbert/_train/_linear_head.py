@@ -5,10 +5,13 @@ turns the scores into classes and probabilities, as LogisticRegression does
 (BertClassifier, BertWordClassifier), and checks the samples and labels of a fit.
 """
 
+import warnings
+
 import numpy as np
+from scipy import sparse
 from sklearn.base import ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import column_or_1d
 
 
@@ -27,6 +30,44 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
     """
 
     _reads_words = False  # its samples are texts (skbert._words._samples.reads_words)
+    _multilabel = False  # one label per sample; BertClassifier sets it where fit saw more
+
+    def _label_targets(self, X, y, device):
+        """For a label-indicator ``y`` (n_samples, n_labels) of 0/1, dense or sparse:
+        ``classes_`` (0 ... n_labels - 1, as MLPClassifier's), the targets as a float array
+        and ``class_weight``'s weights of each label's 1 and 0, two tensors of shape
+        (n_labels,) on ``device`` (or None)."""
+        import torch
+
+        name = type(self).__name__
+        Y = (y.toarray() if sparse.issparse(y) else np.asarray(y)).astype(np.float32)
+        _check_samples(X, Y, name, "word samples" if self._reads_words else "texts")
+        if Y.shape[1] < 1:
+            raise ValueError(f"{name} got a label-indicator y of 0 columns: give one column "
+                             "per label.")
+        empty = np.flatnonzero(Y.sum(axis=0) == 0)
+        if len(empty):  # as OneVsRestClassifier: the label trains towards never holding
+            warnings.warn(f"{name}: labels {empty.tolist()} (columns of y) hold for no "
+                          "sample of this fit; they will never be predicted.", UserWarning,
+                          stacklevel=3)
+        weights = self.class_weight
+        if weights is None:
+            return np.arange(Y.shape[1]), Y, None
+        if isinstance(weights, dict) or (weights != "balanced" and len(weights) != Y.shape[1]):
+            raise ValueError(
+                f"class_weight={weights!r} must be 'balanced' or a list of {Y.shape[1]} dicts "
+                "{0: weight, 1: weight}, one per label column, for a label-indicator y (as "
+                "scikit-learn's multi-output class_weight).")
+        table = np.ones((2, Y.shape[1]))
+        for j in range(Y.shape[1]):
+            present = np.unique(Y[:, j])
+            if weights == "balanced":
+                table[present.astype(int), j] = compute_class_weight(
+                    "balanced", classes=present, y=Y[:, j])
+            else:
+                table[:, j] = [weights[j].get(0, 1.0), weights[j].get(1, 1.0)]
+        table = torch.as_tensor(table, dtype=torch.float32, device=device)
+        return np.arange(Y.shape[1]), Y, (table[1], table[0])
 
     def _class_targets(self, X, y, device):
         """The classes of ``y`` (sorted), the class of each sample of ``X`` (as indices into
@@ -50,8 +91,9 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
 
     def _set_head(self, classes, weight, bias):
         """``classes_``, ``coef_`` and ``intercept_`` from the trained head's arrays: for two
-        classes one decision, for ``classes_[1]``, as in LogisticRegression."""
-        if len(classes) == 2:
+        classes one decision, for ``classes_[1]``, as in LogisticRegression (one per label for
+        a label-indicator y)."""
+        if len(classes) == 2 and not self._multilabel:
             weight, bias = weight[1:] - weight[:1], bias[1:] - bias[:1]
         self.classes_, self.coef_, self.intercept_ = classes, weight, bias
 
@@ -66,13 +108,14 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
         -------
         scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
             For two classes, the score of ``classes_[1]`` (positive means
-            ``classes_[1]``); otherwise one column per class of ``classes_``.
+            ``classes_[1]``); otherwise one column per class of ``classes_``
+            (per label, for a label-indicator ``y``).
         """
         scores = self._linear_outputs(X)
-        return scores[:, 0] if len(self.classes_) == 2 else scores
+        return scores[:, 0] if len(self.classes_) == 2 and not self._multilabel else scores
 
     def predict_proba(self, X):
-        """Class probabilities (softmax of the head's scores).
+        """Class probabilities (softmax of the head's scores; one sigmoid per label).
 
         Parameters
         ----------
@@ -82,17 +125,21 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
         -------
         proba : ndarray of shape (n_samples, n_classes)
             One column per class, in the order of ``classes_``; rows sum to 1.
+            Fitted on a label-indicator ``y``: the probability that each
+            label holds, one column per label, each on its own.
         """
         from scipy.special import expit, softmax
 
         scores = self.decision_function(X)
+        if self._multilabel:
+            return expit(scores)
         if scores.ndim == 1:
             positive = expit(scores)
             return np.column_stack([1 - positive, positive])
         return softmax(scores, axis=1)
 
     def predict(self, X):
-        """The most probable class of each sample.
+        """The most probable class of each sample; the labels that hold, for multi-label.
 
         Parameters
         ----------
@@ -100,12 +147,32 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
 
         Returns
         -------
-        y_pred : ndarray of shape (n_samples,)
-            Labels from ``classes_``.
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_labels)
+            Labels from ``classes_``. Fitted on a label-indicator ``y``: a 0/1
+            indicator, 1 where a label's probability is at least
+            ``threshold``.
         """
+        if self._multilabel:
+            return (self.predict_proba(X) >= self.threshold).astype(int)
         scores = self.decision_function(X)
         best = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
         return self.classes_[best]
+
+
+def is_label_indicator(y, estimator):
+    """Whether ``y`` is scikit-learn's "multilabel-indicator": an (n, n_labels) array or
+    sparse matrix of 0/1. Refuses another 2-D ``y`` (floats, several classes a column)."""
+    kind = type_of_target(y)
+    if kind not in ("continuous-multioutput", "multiclass-multioutput", "multilabel-indicator"):
+        return False
+    values = np.unique(y.data if sparse.issparse(y) else np.asarray(y))
+    if not np.isin(values, [0, 1]).all():  # scikit-learn calls any two values an indicator
+        raise ValueError(
+            f"{estimator} takes a 2-D y as a label indicator (n_samples, n_labels) of 0 and 1 "
+            f"only; this y holds values such as {values[:4].tolist()}. For texts with "
+            "several labels, MultiLabelBinarizer().fit_transform(lists of labels) makes one; "
+            "for one label per text, give a 1-D y.")
+    return True
 
 
 def _check_samples(X, y, estimator, what="texts"):
