@@ -369,6 +369,23 @@ def test_class_weight_changes_the_loss(classifier, multiclass, class_weight):
     assert weighted.loss_curve_ != plain.loss_curve_
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_balanced_class_weight_raises_the_minority_recall(tiny_model_dir, seed):
+    from sklearn.metrics import recall_score
+
+    words = ["cat", "dog", "bird", "mat", "red", "big", "the", "a"]
+    rng = np.random.default_rng(0)
+    X = [" ".join(rng.choice(words, 4)) for _ in range(40)]
+    y = np.array(["common"] * 40)
+    y[[3, 11, 19, 27, 35]] = "rare"  # 5 of 40
+    recall = {}
+    for class_weight in (None, "balanced"):
+        clf = BertClassifier(tiny_model_dir, freeze="all", pooling="mean", epochs=20,
+                             class_weight=class_weight, random_state=seed, device="cpu")
+        recall[class_weight] = recall_score(y, clf.fit(X, y).predict(X), pos_label="rare")
+    assert recall["balanced"] > recall[None] + 0.3, recall
+
+
 @pytest.mark.filterwarnings("ignore:This CPU has no native")
 def test_bfloat16_mixed_precision_runs(tiny_model_dir, multiclass):
     X, y = multiclass
