@@ -42,18 +42,17 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
         name = type(self).__name__
         Y = (y.toarray() if sparse.issparse(y) else np.asarray(y)).astype(np.float32)
         _check_samples(X, Y, name, "word samples" if self._reads_words else "texts")
-        if Y.shape[1] < 1:
-            raise ValueError(f"{name} got a label-indicator y of 0 columns: give one column "
-                             "per label.")
         empty = np.flatnonzero(Y.sum(axis=0) == 0)
         if len(empty):  # as OneVsRestClassifier: the label trains towards never holding
             warnings.warn(f"{name}: labels {empty.tolist()} (columns of y) hold for no "
-                          "sample of this fit; they will never be predicted.", UserWarning,
-                          stacklevel=3)
+                          "sample of this fit: the classifier learns that they never hold.",
+                          UserWarning, stacklevel=3)
         weights = self.class_weight
         if weights is None:
             return np.arange(Y.shape[1]), Y, None
-        if isinstance(weights, dict) or (weights != "balanced" and len(weights) != Y.shape[1]):
+        per_label = (isinstance(weights, list) and len(weights) == Y.shape[1]
+                     and all(isinstance(weight, dict) for weight in weights))
+        if weights != "balanced" and not per_label:
             raise ValueError(
                 f"class_weight={weights!r} must be 'balanced' or a list of {Y.shape[1]} dicts "
                 "{0: weight, 1: weight}, one per label column, for a label-indicator y (as "
