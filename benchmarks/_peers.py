@@ -4,7 +4,8 @@ and ``rerank.py``.
 Runs in the peer environment (``benchmarks/.peer-env``, built by ``peer_python()``
 on first use: sentence-transformers' ``[onnx,openvino]`` extras need an older
 transformers than skbert's), never imported by skbert; the benchmarks import
-only ``PEER_ENV`` and ``run_peers`` from here. A JSON job with ``"pairs"`` is
+``PEER_ENV`` and ``run_peers`` from here, and the helpers every peer runner shares
+(``venv_python``, ``run_job``, ``peak_rss_mb``). A JSON job with ``"pairs"`` is
 ``rerank.py``'s (see ``rerank``); any other is ``cpu_backends.py``'s: it reads
 the model path, text sets, calibration sentences, batch size, threads and
 repeats, and times on a writable copy of the model, in one process,
@@ -41,36 +42,72 @@ PEER_PINS = ["torch==2.13.0", "sentence-transformers[onnx,openvino]<6", "transfo
              "huggingface-hub<1.0", "datasets<4.1"]
 
 
-def peer_python():
-    """The peer environment's python, built with ``PEER_PINS`` the first time."""
-    python = PEER_ENV / "bin" / "python"
-    done = PEER_ENV / "built-with.json"
-    if done.exists() and json.loads(done.read_text()) == PEER_PINS:
+def venv_python(env, pins, check=None):
+    """The python of the virtual environment ``env``, built with ``pip install pins`` the
+    first time (its marker, ``built-with.json``, holds the pins it was built with).
+
+    ``check``, Python code that fails unless the pinned packages import at their pinned
+    versions, lets a folder without the marker (built by hand with the same pins) count as
+    built: the marker is written and nothing is installed.
+    """
+    python = env / "bin" / "python"
+    done = env / "built-with.json"
+    if done.exists() and json.loads(done.read_text()) == pins:
         return python
-    print(f"\nBuilding the peer environment {PEER_ENV} (once: about 2 GB, a few minutes)",
+    if check and python.exists() and not subprocess.run(
+            [str(python), "-c", check], capture_output=True).returncode:
+        done.write_text(json.dumps(pins))
+        return python
+    print(f"\nBuilding the peer environment {env} (once: about 2 GB, a few minutes)",
           flush=True)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "venv", str(PEER_ENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PINS], check=True)
-    done.write_text(json.dumps(PEER_PINS))
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *pins], check=True)
+    done.write_text(json.dumps(pins))
     print(f"  built in {time.perf_counter() - start:.0f} s", flush=True)
     return python
+
+
+def peer_python():
+    """The peer environment's python, built with ``PEER_PINS`` the first time."""
+    return venv_python(PEER_ENV, PEER_PINS)
+
+
+class JobFailed(RuntimeError):
+    """A job's script exited with an error; the message holds its log's last lines."""
+
+
+def run_job(command, job, env=None):
+    """The result (a dict) of ``command`` (a list: the python, the script, its options) run
+    with ``JOB RESULT`` appended for ``job`` (a dict), both JSON files; :class:`JobFailed`
+    with the log's last lines if it fails."""
+    with tempfile.TemporaryDirectory() as directory:
+        path, result, log = (Path(directory) / name for name in ("job.json", "result.json", "log"))
+        path.write_text(json.dumps(job), encoding="utf-8")
+        with open(log, "w") as output:
+            status = subprocess.run([*map(str, command), str(path), str(result)],
+                                    stdout=output, stderr=subprocess.STDOUT, env=env).returncode
+        if status:
+            raise JobFailed(f"{Path(command[1]).name} failed ({status}); its last lines:\n"
+                            + "\n".join(log.read_text().splitlines()[-30:]))
+        return json.loads(result.read_text(encoding="utf-8"))
 
 
 def run_peers(job):
     """This script's result for ``job`` (a dict), run in the peer environment; exits with the
     log's last lines if it fails."""
-    python = peer_python()
-    with tempfile.TemporaryDirectory() as directory:
-        path, result, log = (Path(directory) / name for name in ("job.json", "result.json", "log"))
-        path.write_text(json.dumps(job), encoding="utf-8")
-        with open(log, "w") as output:
-            status = subprocess.run([str(python), __file__, str(path), str(result)],
-                                    stdout=output, stderr=subprocess.STDOUT).returncode
-        if status:
-            sys.exit(f"_peers.py failed ({status}); its last lines:\n"
-                     + "\n".join(log.read_text().splitlines()[-30:]))
-        return json.loads(result.read_text(encoding="utf-8"))
+    try:
+        return run_job([peer_python(), __file__], job)
+    except JobFailed as exc:
+        sys.exit(str(exc))
+
+
+def peak_rss_mb():
+    """This process's peak resident memory in MiB: VmHWM, the high-water mark of the memory
+    map made at its ``exec``. Not ``ru_maxrss``: Linux carries the parent's mark across fork
+    and exec, so a child's would be at least its parent's size."""
+    with open("/proc/self/status") as file:
+        return next(int(line.split()[1]) for line in file if line.startswith("VmHWM:")) / 1024
 
 
 def quantization_target():
