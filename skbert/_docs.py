@@ -24,13 +24,14 @@ FINETUNER = {
     layer : int, default=-1
         Hidden state the head reads: 0 is the embedding output, -1 the last
         layer, negative indices count from the end.
-    pooling : {"cls", "mean", "max", "mean_sqrt_len", "mean_max", "pooler", "last"}, \
-default="cls"
+    pooling : {"mean", "cls", "max", "mean_sqrt_len", "mean_max", "pooler", "last"}, \
+default="mean"
         How the tokens of ``layer`` become the head's input, as in
-        :class:`skbert.BertVectorizer` (special tokens included). "cls" is
-        the default because fine-tuning teaches the [CLS] vector to summarize
-        the text, as in BERT's own recipe; "mean" often does better with a
-        frozen encoder.
+        :class:`skbert.BertVectorizer` (special tokens included). "mean" is
+        the default, as there: a sentence encoder's [CLS] vector is often
+        untrained (all-MiniLM-L6-v2 on TREC, 8 questions per class, the
+        head trained on it: 0.29 accuracy with "cls", 0.62 with "mean"), and
+        fine-tuning teaches either to summarize the text.
     freeze : None, "none", "embeddings", int, "all" or "lora", default=None
         What does not train: None (or "none") trains everything, "embeddings"
         freezes the embedding layer, an int k the embeddings and the bottom k
@@ -48,8 +49,14 @@ default="cls"
         into those projections, so that inference costs what the encoder
         alone costs.
     """ + LORA + """
-    epochs : int, default=3
+    epochs : int or "auto", default="auto"
         Passes over the training texts; with ``early_stopping``, the most.
+        "auto" is 3, or more for a small training set, so that training
+        takes at least 50 optimizer steps (48 texts in batches of 16: 17
+        epochs). With all-MiniLM-L6-v2 and 8 texts per class, test accuracy
+        on SST-2 / TREC rose from 0.593 / 0.472 after 3 epochs to 0.641 /
+        0.634 after 50 steps (frozen features and a logistic regression:
+        0.603 / 0.514; 3 and 2 draws of the texts).
     learning_rate : float or "auto", default="auto"
         Peak learning rate of AdamW for the encoder's weights that train (the
         adapters with ``freeze="lora"``). "auto" is 5e-5, as in BERT's
@@ -59,10 +66,12 @@ default="cls"
         2e-3, 0.860 at 5e-3; full fine-tuning's best was 5e-5;
         ``benchmarks/finetune.py``).
     head_learning_rate : float or "auto", default="auto"
-        Peak learning rate of AdamW for the head. "auto" is 1e-2: the head
-        starts from scratch and learns much faster than the pretrained
+        Peak learning rate of AdamW for the head. "auto" is 1e-2 for a head
+        that starts from scratch: it learns much faster than the pretrained
         encoder may change (1e-2 is also SetFit's default); with
-        ``freeze="all"`` it is the only rate that matters.
+        ``freeze="all"`` it is the only rate that matters. A classifier's
+        head that starts from a linear probe (``linear_probe=True``) trains
+        at ``learning_rate``'s value: it no longer starts at random.
     batch_size : int, default=16
         Texts per optimization step (and per forward pass when encoding).
     weight_decay : float, default=0.01

@@ -40,7 +40,7 @@ def test_a_grid_over_the_head_forwards_each_distinct_text_once(tiny_model_dir):
     clear_cache()
     with forward_rows(tiny_model_dir) as rows:
         # A vectorizer of the same setting fills the cache that every fit below reads.
-        BertVectorizer(tiny_model_dir, pooling="cls", device="cpu").fit().transform(X[:4])
+        BertVectorizer(tiny_model_dir, device="cpu").fit().transform(X[:4])
         search = GridSearchCV(BertClassifier(tiny_model_dir, **FROZEN),
                               {"head_learning_rate": [1e-2, 1e-1], "epochs": [1, 2]},
                               cv=3).fit(X, Y)
@@ -111,7 +111,7 @@ def test_a_frozen_head_reads_a_cpu_engines_int8_features(tiny_model_dir):
     pytest.importorskip("nncf")
     engine = {"backend": "openvino", "dtype": "int8", "calibration": "fit"}
     clf = BertClassifier(tiny_model_dir, **FROZEN, **engine).fit(X, Y)
-    expected = BertVectorizer(tiny_model_dir, pooling="cls", **engine).fit(X).transform(X)
+    expected = BertVectorizer(tiny_model_dir, **engine).fit(X).transform(X)
     np.testing.assert_array_equal(clf.transform(X), expected)
     assert clf.predict(X).shape == (len(X),)
     light = pickle.loads(pickle.dumps(clf.set_params(persist_weights=False)))

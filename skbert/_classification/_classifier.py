@@ -24,7 +24,7 @@ import os
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_array
@@ -46,6 +46,9 @@ from skbert._train._tuned_persistence import TunedPersistence, _check_persist_we
 from skbert._validation import check_texts, warn_at_caller
 from skbert._vectorizer import BertVectorizer
 
+# epochs="auto": the least epochs, and the least optimizer steps (measured in the docstring).
+_AUTO_EPOCHS = 3, 50
+
 
 class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
     """Parameters, features and persistence shared by both estimators, around the training loop."""
@@ -60,7 +63,7 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         "lora_alpha": [Interval(Real, 0, None, closed="neither")],
         "lora_dropout": [Interval(Real, 0, 1, closed="left")],
         "persist_weights": ["boolean"],
-        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "epochs": _training.EPOCHS_CONSTRAINT,
         "learning_rate": _training.RATE_CONSTRAINT,
         "head_learning_rate": _training.RATE_CONSTRAINT,
         "weight_decay": [Interval(Real, 0, None, closed="left")],
@@ -83,12 +86,12 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         model="bert-base-uncased",
         *,
         layer=-1,
-        pooling="cls",
+        pooling="mean",
         freeze=None,
         lora_rank=8,
         lora_alpha=16,
         lora_dropout=0.1,
-        epochs=3,
+        epochs="auto",
         learning_rate="auto",
         head_learning_rate="auto",
         batch_size=16,
@@ -139,8 +142,11 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
         self.max_epochs = max_epochs
         self.warmup_ratio = warmup_ratio
 
-    def _fit(self, texts, targets, n_outputs, loss, stratify=None):
+    def _fit(self, texts, targets, n_outputs, loss, stratify=None, probe=None):
         """Train on ``texts`` with ``loss(outputs, targets[batch])``, assigning nothing.
+
+        With ``probe``, the head starts from ``probe(features, rows)``: ``(weight, bias)``
+        arrays fitted on the frozen encoder's features of the training rows ``rows``.
 
         Returns ``(vectorizer, fitted, trained)``: the fitted vectorizer over the
         tuned encoder, the :class:`_Fitted` record and the
@@ -174,12 +180,16 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
             train, valid = train_test_split(train, test_size=self.validation_fraction,
                                             random_state=seed, stratify=stratify)
         targets = torch.as_tensor(targets, device=device)
-        features = windows = None
+        features = windows = head = None
         if freeze == "all":  # encoded once, through the vectorizer's engine and cache
             features = torch.from_numpy(vectorizer.transform(texts)).to(device)
         else:
             windows = tokenize(vectorizer.tokenizer_, texts, vectorizer._window_length(),
                                self.truncation)
+        if probe is not None:  # the frozen features, from the cache where they were computed
+            frozen = (features.cpu().numpy() if features is not None else clone(vectorizer)
+                      .set_params(device=self.device, cache=True).fit().transform(texts))
+            head = probe(frozen[train], train)
 
         def head_input(network, rows):
             if features is not None:
@@ -203,14 +213,16 @@ class _BaseFinetuner(TunedPersistence, LinearHead, EncoderMixin, BaseEstimator):
             return self._score_outputs(outputs, targets[valid].cpu().numpy())
 
         rate, head_rate = _training.resolved_rates(
-            "BertClassifier", self.learning_rate, self.head_learning_rate, freeze)
+            "BertClassifier", self.learning_rate, self.head_learning_rate, freeze,
+            fresh_head=head is None)
+        epochs = _training.auto_epochs(epochs, len(train), self.batch_size, *_AUTO_EPOCHS)
         recipe = _training.Recipe(
             freeze, epochs, self.batch_size, rate, head_rate, warmup, self.weight_decay,
             lora=(self.lora_rank, self.lora_alpha, self.lora_dropout))
         trained = _training.fit_network(
             vectorizer.model_, recipe, batch_loss, train, name=name, seed=seed, device=device,
             dtype=head_dtype, n_inputs=n_features(extraction, vectorizer._config.hidden_size),
-            n_outputs=n_outputs, lengths=None if windows is None else windows.lengths,
+            n_outputs=n_outputs, head=head, lengths=None if windows is None else windows.lengths,
             validation_score=validation_score if self.early_stopping else None,
             n_iter_no_change=self.n_iter_no_change, verbose=self.verbose)
         if freeze != "all":
@@ -338,6 +350,19 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         a fitted classifier without training again (``GridSearchCV`` refits
         all the same). Unused for one label per text: a value other than 0.5
         is then refused.
+    linear_probe : bool, default=False
+        Whether the head starts from a logistic regression fitted on the
+        frozen encoder's features of the training texts
+        (:class:`sklearn.linear_model.LogisticRegression`, weighted by
+        ``class_weight``; one per label for a label-indicator ``y``), then
+        trains with the encoder: linear probing, then fine-tuning (LP-FT,
+        Kumar et al. 2022). Fine-tuning then starts where frozen features and
+        a logistic regression end, and ``head_learning_rate="auto"`` is
+        ``learning_rate``'s value. It costs one more forward pass over the
+        training texts. With all-MiniLM-L6-v2 and 8 texts per class it did
+        not help: test accuracy 0.637 vs 0.641 from a random head on SST-2
+        (3 draws), 0.624 vs 0.634 on TREC (2 draws), both far above frozen
+        features' 0.603 and 0.514; so False is the default.
     %(running)s
 
     Attributes
@@ -377,6 +402,7 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         **_BaseFinetuner._parameter_constraints,
         "class_weight": [dict, list, StrOptions({"balanced"}), None],
         "threshold": [Interval(Real, 0, 1, closed="both")],
+        "linear_probe": ["boolean"],
     }
 
     def __init__(
@@ -384,12 +410,12 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         model="bert-base-uncased",
         *,
         layer=-1,
-        pooling="cls",
+        pooling="mean",
         freeze=None,
         lora_rank=8,
         lora_alpha=16,
         lora_dropout=0.1,
-        epochs=3,
+        epochs="auto",
         learning_rate="auto",
         head_learning_rate="auto",
         batch_size=16,
@@ -402,6 +428,7 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         n_iter_no_change=2,
         class_weight=None,
         threshold=0.5,
+        linear_probe=False,
         random_state=None,
         device="auto",
         dtype="float32",
@@ -426,6 +453,7 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         )
         self.class_weight = class_weight
         self.threshold = threshold
+        self.linear_probe = linear_probe
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
@@ -471,8 +499,13 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
             def loss(outputs, targets):
                 return torch.nn.functional.cross_entropy(outputs, targets[:, 0], weight=weights)
 
+        probe = None
+        if self.linear_probe:
+            def probe(features, rows):
+                return _probe_head(features, targets[rows], weights, multilabel)
+
         vectorizer, fitted, trained = self._fit(texts, targets, len(classes), loss,
-                                                stratify=stratify)
+                                                stratify=stratify, probe=probe)
         self._assign(vectorizer, fitted, trained)
         self._multilabel = multilabel
         self._set_head(classes, *trained.head)
@@ -487,6 +520,42 @@ class BertClassifier(LinearHeadClassifier, _BaseFinetuner):
         if targets.dtype.kind == "f":  # a label indicator's targets: the subset accuracy
             return accuracy_score(targets, (outputs >= 0).astype(int))
         return accuracy_score(targets[:, 0], outputs.argmax(axis=1))
+
+
+def _probe_head(features, targets, weights, multilabel):
+    """The head's start of a linear probe: ``(weight, bias)`` of logistic regressions on the
+    frozen encoder's ``features``, one multinomial over the classes (``targets``: a column of
+    class indices; ``weights``: class weights or None), or one per label of a label
+    indicator (``weights``: each label's weights of its 1s and 0s, or None). Two classes
+    give the head's two outputs half the decision each (their softmax is its sigmoid); a
+    label that holds for all or none of the texts starts from its smoothed log-odds."""
+    from sklearn.linear_model import LogisticRegression
+
+    def logistic(y, sample_weight):
+        fitted = LogisticRegression(max_iter=1000).fit(features, y, sample_weight=sample_weight)
+        return fitted.coef_, fitted.intercept_
+
+    weights = None if weights is None else [w.cpu().numpy() for w in (
+        weights if multilabel else (weights,))]
+    if not multilabel:
+        y = targets[:, 0]
+        weight, bias = logistic(y, None if weights is None else weights[0][y])
+        if weight.shape[0] == 1:
+            weight, bias = np.vstack([-weight, weight]) / 2, np.array([-bias[0], bias[0]]) / 2
+        return weight, bias
+    rows, biases = [], []
+    for j, y in enumerate(targets.T.astype(int)):
+        if y.min() == y.max():
+            rows.append(np.zeros(features.shape[1]))
+            holds = y.sum()
+            biases.append(np.log((holds + 0.5) / (len(y) - holds + 0.5)))
+            continue
+        sample_weight = None if weights is None else np.where(y == 1, weights[0][j],
+                                                              weights[1][j])
+        weight, bias = logistic(y, sample_weight)
+        rows.append(weight[0])
+        biases.append(bias[0])
+    return np.array(rows), np.array(biases)
 
 
 @shared(FINETUNER)

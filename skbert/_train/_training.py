@@ -53,6 +53,7 @@ def resolved_freeze(freeze):
 AUTO_RATES = {
     "BertClassifier": {"encoder": (5e-5, 1e-2), "lora": (2e-3, 1e-2), "all": (5e-5, 1e-2)},
     "FineTunedVectorizer": {"encoder": (2e-5, None), "lora": (5e-4, None)},
+    "FineTunedVectorizer supcon": {"encoder": (5e-5, None), "lora": (5e-4, None)},
     "BertWordClassifier": {"encoder": (1e-4, None), "lora": (2e-3, None), "all": (1e-4, 1e-2)},
     "BertReranker": {"encoder": (2e-5, None), "lora": (2e-3, None), "all": (2e-5, 1e-2)},
 }
@@ -72,6 +73,18 @@ def resolved_rates(estimator, learning_rate, head_learning_rate="auto", freeze=N
     if head_learning_rate != "auto":
         return rate, head_learning_rate
     return rate, rate if head_rate is None or not fresh_head else head_rate
+
+
+def auto_epochs(epochs, n_rows, batch_size, least_epochs, least_steps):
+    """``epochs`` as a fit runs it: "auto" is ``least_epochs`` passes over ``n_rows`` in
+    batches of ``batch_size``, or more for a small training set, so that training takes at
+    least ``least_steps`` optimizer steps."""
+    if epochs != "auto":
+        return epochs
+    return max(least_epochs, -(-least_steps // -(-n_rows // batch_size)))
+
+
+EPOCHS_CONSTRAINT = [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})]
 
 
 # Seeded training sets torch's global random state, which dropout draws from: one at a time.

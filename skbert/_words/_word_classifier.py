@@ -30,8 +30,8 @@ from skbert._train._tuned_persistence import TunedPersistence, _check_persist_we
 from skbert._words import _samples
 from skbert._words._word_vectorizer import BertWordVectorizer
 
-# The least optimizer steps of epochs="auto".
-_AUTO_EPOCHS, _AUTO_STEPS = 6, 300
+# epochs="auto": the least epochs, and the least optimizer steps.
+_AUTO_EPOCHS = 6, 300
 
 
 @shared({"lora": LORA})
@@ -185,7 +185,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
         "lora_rank": [Interval(Integral, 1, None, closed="left")],
         "lora_alpha": [Interval(Real, 0, None, closed="neither")],
         "lora_dropout": [Interval(Real, 0, 1, closed="left")],
-        "epochs": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "epochs": _training.EPOCHS_CONSTRAINT,
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": _training.RATE_CONSTRAINT,
         "head_learning_rate": _training.RATE_CONSTRAINT,
@@ -310,9 +310,7 @@ class BertWordClassifier(TunedPersistence, LinearHeadClassifier, BaseEstimator):
             return torch.nn.functional.cross_entropy(outputs.float(), labels[targets],
                                                      weight=weights)
 
-        n_batches = -(-n_rows // self.batch_size)
-        epochs = self.epochs if self.epochs != "auto" else \
-            max(_AUTO_EPOCHS, -(-_AUTO_STEPS // n_batches))
+        epochs = _training.auto_epochs(self.epochs, n_rows, self.batch_size, *_AUTO_EPOCHS)
         rates = _training.resolved_rates("BertWordClassifier", self.learning_rate,
                                          self.head_learning_rate, freeze)
         recipe = _training.Recipe(freeze, epochs, self.batch_size, *rates,
