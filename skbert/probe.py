@@ -12,6 +12,7 @@ import warnings
 from numbers import Integral
 
 import numpy as np
+from scipy import sparse
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
@@ -24,12 +25,29 @@ __all__ = ["layer_report", "plot_layer_report", "learning_curve", "plot_learning
 SIZES = (32, 64, 128, 256, 512, 1024, None)
 
 
-def _default_estimator():
+def _default_estimator(multilabel=False):
+    from sklearn.multiclass import OneVsRestClassifier
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     # Standardized features let lbfgs converge quickly whatever the layer's scale.
-    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+    classifier = LogisticRegression(max_iter=2000)
+    return make_pipeline(StandardScaler(),
+                         OneVsRestClassifier(classifier) if multilabel else classifier)
+
+
+def _multilabel(y):
+    """Whether ``y`` is a label indicator (n_samples, n_labels) of 0/1: its default estimator
+    is one logistic regression per label, its default scoring "f1_micro" (a classifier's
+    score, the subset accuracy, counts a text right only with every one of its labels)."""
+    from skbert._train._linear_head import is_label_indicator
+
+    return is_label_indicator(y, "skbert.probe")
+
+
+def _dense(labels):
+    """A label indicator as an array: cross_val_score refuses a sparse y."""
+    return labels.toarray() if sparse.issparse(labels) else np.asarray(labels)
 
 
 def _grid(vectorizer, layers, poolings):
@@ -87,16 +105,23 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=None, estimator=Non
         Texts for a BertVectorizer; ``(words, i)`` or ``(text, start, end)``
         samples for a BertWordVectorizer (pass their sentence ids as
         ``groups``, so that the words of one sentence stay in one fold).
-    y : array-like of shape (n_samples,)
+    y : array-like of shape (n_samples,), or (n_samples, n_labels) of 0/1
+        Labels; or a label-indicator matrix, dense or sparse, for samples
+        with any number of labels (``MultiLabelBinarizer`` makes one).
     layers : "all" or list of int, default="all"
         Hidden-state indices (0 = embedding output); "all" is every one.
     poolings : sequence of str or None, default=None
         Values of BertVectorizer's ``pooling`` (None: "cls", "mean", "max")
         or BertWordVectorizer's ``subword_pooling`` (None: all five).
     estimator : estimator or None, default=None
-        None is ``StandardScaler`` + ``LogisticRegression``.
+        None is ``StandardScaler`` + ``LogisticRegression``; for a
+        label-indicator ``y``, ``StandardScaler`` +
+        ``OneVsRestClassifier(LogisticRegression())``.
     cv, scoring, n_jobs
-        As in :func:`sklearn.model_selection.cross_val_score`.
+        As in :func:`sklearn.model_selection.cross_val_score`; a
+        label-indicator ``y`` with ``scoring=None`` is scored by "f1_micro"
+        (an estimator's ``score`` there is the subset accuracy: a sample
+        counts only with every one of its labels right).
     verbose : bool, default=False
         Show a progress bar over the cells. On a terminal it updates live;
         written to a file or a log, every 30 s at most.
@@ -114,7 +139,8 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=None, estimator=Non
     report : pandas.DataFrame
         Mean CV score, one row per layer and one column per pooling.
         ``report.attrs["std"]`` holds the standard deviations in the same
-        shape and ``report.attrs["scoring"]`` the ``scoring`` argument.
+        shape and ``report.attrs["scoring"]`` the scoring ("f1_micro" where
+        a label-indicator ``y`` left it None).
 
     Examples
     --------
@@ -137,9 +163,13 @@ def layer_report(vectorizer, X, y, *, layers="all", poolings=None, estimator=Non
     if groups is not None and np.shape(groups) != (len(texts),):
         raise ValueError(f"groups has shape {np.shape(groups)} and X {len(texts)} samples: "
                          "groups needs one group label per sample.")
+    multilabel = _multilabel(y)
+    if multilabel:
+        y = _dense(y)
+        scoring = "f1_micro" if scoring is None else scoring
     base = clone(vectorizer).fit()
     rows, columns, cells = _grid(base, layers, poolings)
-    estimator = _default_estimator() if estimator is None else estimator
+    estimator = _default_estimator(multilabel) if estimator is None else estimator
     splitter = _splitter(cv, estimator, y, groups)
     means = pd.DataFrame(np.nan, index=rows, columns=columns)
     stds = means.copy()
@@ -248,18 +278,21 @@ class _OneThreadLogisticRegression(LogisticRegression):
             return super().fit(X, y, sample_weight=sample_weight)
 
 
-def _strategies(model, n_labels, random_state):
-    """:func:`learning_curve`'s default estimators for ``n_labels`` training texts."""
+def _strategies(model, n_labels, random_state, multilabel=False):
+    """:func:`learning_curve`'s default estimators for ``n_labels`` training texts (with
+    several labels a text: one logistic regression per label)."""
+    from sklearn.multiclass import OneVsRestClassifier
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     from skbert import BertClassifier, BertVectorizer
 
     epochs = _epochs(n_labels)
+    classifier = _OneThreadLogisticRegression(max_iter=2000)
     return {
         "frozen + logistic regression": make_pipeline(
             BertVectorizer(model, pooling="mean"), StandardScaler(),
-            _OneThreadLogisticRegression(max_iter=2000)),
+            OneVsRestClassifier(classifier) if multilabel else classifier),
         "LoRA": BertClassifier(model, freeze="lora", pooling="mean", epochs=epochs,
                                random_state=random_state),
         "full fine-tuning": BertClassifier(model, epochs=epochs, random_state=random_state),
@@ -285,16 +318,18 @@ def _word_strategies(model, random_state):
     }
 
 
-def _train_sets(X, y, counts, groups, random_state):
-    """The training set of each size in ``counts``: a stratified sample of that many texts,
-    or with ``groups`` (word samples) the words of that many sentences drawn at random (a
-    size's sentences include the smaller sizes'); the groups of its samples, or None."""
+def _train_sets(X, y, counts, groups, random_state, stratify=True):
+    """The training set of each size in ``counts``: a sample of that many texts, stratified
+    unless ``stratify`` is False, or with ``groups`` (word samples) the words of that many
+    sentences drawn at random (a size's sentences include the smaller sizes'); the groups
+    of its samples, or None."""
     from sklearn.model_selection import train_test_split
 
     if groups is None:
         for n in counts:
             yield n, *((X, y) if n == len(X) else train_test_split(
-                X, y, train_size=n, stratify=y, random_state=random_state)[::2]), None
+                X, y, train_size=n, stratify=y if stratify else None,
+                random_state=random_state)[::2]), None
         return
     order = np.random.RandomState(random_state).permutation(np.unique(groups))
     for n in counts:
@@ -320,9 +355,15 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, groups=None, est
     X, y : iterable of str, or of word samples, array-like of labels
         The labelled texts the training sets are drawn from, or words in
         context (the samples of :class:`skbert.BertWordVectorizer`) with
-        ``groups``.
+        ``groups``. ``y`` may be a label-indicator matrix of 0/1, dense or
+        sparse, for texts with any number of labels: the training sets are
+        then drawn at random, not stratified (scikit-learn stratifies one
+        label per text), "frozen + logistic regression" is one logistic
+        regression per label (``OneVsRestClassifier``) and ``scoring=None``
+        is "f1_micro".
     X_test, y_test : iterable of str, or of word samples, array-like of labels
-        Held-out texts (or words) and labels that score every fit.
+        Held-out texts (or words) and labels (of ``y``'s kind) that score
+        every fit.
     sizes : sequence of int or None, default=(32, 64, 128, 256, 512, 1024, None)
         Training-set sizes: texts, or sentences with ``groups``; None (or a
         size of at least the number of texts or sentences) is all of them.
@@ -350,7 +391,8 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, groups=None, est
         epochs and learning rates).
     scoring : str, callable or None, default=None
         A scikit-learn scorer; None uses each estimator's ``score``
-        (accuracy for classifiers), and "accuracy" for word samples, which
+        (accuracy for classifiers), "f1_micro" for a label-indicator ``y``
+        and "accuracy" for word samples, which
         counts a test label that a small training set lacks as an error
         (``BertWordClassifier.score`` refuses such labels).
     random_state : int, default=0
@@ -403,7 +445,12 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, groups=None, est
     words = groups is not None
     check = _samples.check_words if words else check_texts
     samples, test_samples = check(X), check(X_test)
-    y, y_test = np.asarray(y, dtype=object), np.asarray(y_test, dtype=object)
+    multilabel = not words and _multilabel(y)
+    if multilabel:  # not as objects: an object array of 0/1 is no indicator
+        y, y_test = _dense(y), _dense(y_test)
+        scoring = "f1_micro" if scoring is None else scoring
+    else:
+        y, y_test = np.asarray(y, dtype=object), np.asarray(y_test, dtype=object)
     if words:
         groups = np.asarray(groups)
         if len(groups) != len(samples):
@@ -418,13 +465,14 @@ def learning_curve(model, X, y, X_test, y_test, *, sizes=SIZES, groups=None, est
     def strategies(n):
         if fixed is not None:
             return {name: clone(estimator) for name, estimator in fixed.items()}
-        return _strategies(model, n, random_state)
+        return _strategies(model, n, random_state, multilabel)
 
     names = list(fixed or strategies(counts[0]))
     index = pd.Index(counts, name="n_sentences" if words else "n_labels")
     scores = pd.DataFrame(np.nan, index=index, columns=names)
     seconds, n_words = scores.copy(), pd.Series(0, index=index, name="n_words")
-    train_sets = _train_sets(samples, y, counts, groups, random_state)
+    train_sets = _train_sets(samples, y, counts, groups, random_state,
+                             stratify=not multilabel)
     with progress_bar(verbose, total=len(counts) * len(names), desc="learning_curve") as bar:
         for n, train, y_train, train_groups in train_sets:
             n_words[n] = len(train)

@@ -160,3 +160,233 @@ def test_the_frozen_path_forwards_each_text_once_for_every_label(counted):
         for estimator in (per_label, chain):
             assert estimator.fit(texts, Y).predict(texts).shape == Y.shape
     assert counter["rows"] == len(set(texts))
+
+
+def test_the_frozen_path_through_one_vs_rest_and_a_grid_over_c_forwards_each_text_once(
+        counted):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.pipeline import make_pipeline
+
+    from skbert import BertVectorizer
+    from tests.test_cache import _fit_keeping_model
+
+    vectorizer, counter = counted
+    texts = [f"{text} and the cat again" for text in TEXTS]  # in no cache yet
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BertVectorizer, "fit", _fit_keeping_model(vectorizer.model_))
+        pipeline = make_pipeline(vectorizer, OneVsRestClassifier(LogisticRegression()))
+        assert pipeline.fit(texts, Y).predict(texts).shape == Y.shape
+        search = GridSearchCV(pipeline, {"onevsrestclassifier__estimator__C": [0.1, 1.0, 10.0]},
+                              cv=2, scoring="f1_micro").fit(texts, sparse.csr_matrix(Y))
+        assert search.predict(texts).shape == Y.shape
+    assert counter["rows"] == len(set(texts))  # 3 values x 2 folds + refits + predicts
+
+
+# --- skbert.probe with a label-indicator y ------------------------------------------------------
+
+
+@pytest.mark.parametrize("labels", [Y, sparse.csr_matrix(Y)])
+def test_layer_report_takes_a_label_indicator(tiny_model_dir, labels):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from skbert import BertVectorizer
+    from skbert.probe import layer_report
+
+    report = layer_report(BertVectorizer(tiny_model_dir), TEXTS, labels, layers=[-1],
+                          poolings=["mean"], cv=2)
+    assert report.attrs["scoring"] == "f1_micro"
+    features = BertVectorizer(tiny_model_dir, pooling="mean").fit().transform(TEXTS)
+    expected = cross_val_score(make_pipeline(StandardScaler(), OneVsRestClassifier(
+        LogisticRegression(max_iter=2000))), features, Y, cv=2, scoring="f1_micro")
+    assert report.iloc[0, 0] == pytest.approx(expected.mean())
+
+
+def test_learning_curve_takes_a_label_indicator(tiny_model_dir):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+    from sklearn.model_selection import train_test_split
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from skbert import BertVectorizer
+    from skbert.probe import learning_curve
+
+    # 16 texts with 7 label sets, some of one text: no stratified sample of 8 exists.
+    curve = learning_curve(tiny_model_dir, TEXTS, sparse.csr_matrix(Y), TEXTS[:8], Y[:8],
+                           sizes=[8, None])
+    assert list(curve.index) == [8, 16] and curve.attrs["scoring"] == "f1_micro"
+    assert list(curve.columns) == ["frozen + logistic regression", "LoRA", "full fine-tuning"]
+    assert curve.notna().all().all()
+    train, y_train = train_test_split(TEXTS, Y, train_size=8, random_state=0)[::2]
+    frozen = make_pipeline(BertVectorizer(tiny_model_dir, pooling="mean"), StandardScaler(),
+                           OneVsRestClassifier(LogisticRegression(max_iter=2000)))
+    with warnings.catch_warnings():  # a label absent from the sample of 8 is never predicted
+        warnings.simplefilter("ignore", UserWarning)
+        predicted = frozen.fit(train, y_train).predict(TEXTS[:8])
+    assert curve.loc[8, "frozen + logistic regression"] == pytest.approx(
+        f1_score(Y[:8], predicted, average="micro"))
+
+
+# --- FineTunedVectorizer(loss="supcon") on a label indicator ------------------------------------
+
+
+def previous_supcon(columns, labels, scale):
+    """skbert._train._losses.supcon before label-indicator targets (8d43de2), as it was: the
+    loss of one label per text must not change by one bit."""
+    import torch
+
+    unit = torch.nn.functional.normalize(columns[0].float(), dim=1)
+    similarities = scale * unit @ unit.T
+    itself = torch.eye(len(unit), dtype=torch.bool, device=unit.device)
+    log_p = similarities - torch.logsumexp(similarities.masked_fill(itself, float("-inf")),
+                                           dim=1, keepdim=True)
+    positives = (labels[:, None] == labels[None, :]) & ~itself
+    counts = positives.sum(dim=1)
+    anchors = counts > 0
+    per_anchor = (log_p * positives).sum(dim=1)[anchors] / counts[anchors]
+    return -per_anchor.mean()
+
+
+def test_supcon_on_one_hot_rows_is_the_single_label_loss_bit_for_bit():
+    import torch
+
+    from skbert._train import _losses
+
+    vectors = torch.randn(12, 5, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 5, 2, 2, 7, 1, 0])  # 5 and 7 alone: no positive
+    one_hot = torch.nn.functional.one_hot(torch.unique(labels, return_inverse=True)[1]).float()
+    expected = previous_supcon([vectors], labels, 20.0)
+    assert torch.equal(_losses.supcon([vectors], labels, 20.0), expected)
+    for overlap in ("jaccard", "any"):
+        assert torch.equal(_losses.supcon([vectors], one_hot, 20.0, overlap), expected)
+
+
+# Label sets {0, 1}, {1}, {2}, {}, {0, 1, 2}, {1}: the positives' weights written out.
+ROWS = [[1, 1, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0]]
+JACCARD = [[0, 1 / 2, 0, 0, 2 / 3, 1 / 2],
+           [1 / 2, 0, 0, 0, 1 / 3, 1],
+           [0, 0, 0, 0, 1 / 3, 0],
+           [0, 0, 0, 0, 0, 0],  # no labels: no text's positive, and none its own
+           [2 / 3, 1 / 3, 1 / 3, 0, 0, 1 / 3],
+           [1 / 2, 1, 0, 0, 1 / 3, 0]]
+ANY = (np.array(JACCARD) > 0).astype(float)
+
+
+@pytest.mark.parametrize("overlap, weights", [("jaccard", JACCARD), ("any", ANY)])
+def test_overlap_positives_on_a_hand_made_example(overlap, weights):
+    import torch
+
+    from skbert._train import _losses
+
+    rows = torch.tensor(ROWS, dtype=torch.float32)
+    torch.testing.assert_close(_losses.positive_weights(rows, overlap),
+                               torch.tensor(weights, dtype=torch.float32))
+    # The loss: per anchor with positives, the weighted mean of -log p over its positives,
+    # p the softmax over every other text (the one without labels too).
+    vectors = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    cosines = torch.nn.functional.cosine_similarity(vectors[:, None], vectors[None], dim=2)
+    terms = []
+    for i in range(6):
+        others = [j for j in range(6) if j != i]
+        if sum(weights[i]) == 0:
+            continue
+        log_p = {j: 20 * cosines[i, j] - torch.logsumexp(20 * cosines[i, others], dim=0)
+                 for j in others}
+        terms.append(-sum(weights[i][j] * log_p[j] for j in others) / sum(weights[i]))
+    torch.testing.assert_close(_losses.supcon([vectors], rows, 20.0, overlap),
+                               torch.stack(terms).mean())
+
+
+def tuner(tiny_model_dir, **params):
+    from skbert import BertVectorizer, FineTunedVectorizer
+
+    settings = dict(loss="supcon", batch_size=8, learning_rate=1e-3, random_state=0)
+    return FineTunedVectorizer(BertVectorizer(tiny_model_dir), **{**settings, **params})
+
+
+@pytest.fixture(scope="module")
+def tuned(tiny_model_dir):
+    return tuner(tiny_model_dir, epochs=6, learning_rate=2e-3).fit(TEXTS, Y)
+
+
+def test_supcon_learns_from_a_label_indicator(tuned, tiny_model_dir):
+    assert tuned.loss_ == "supcon"
+    assert tuned.loss_curve_[-1] < 0.9 * tuned.loss_curve_[0]
+    assert tuner(tiny_model_dir, loss="auto", epochs=1).fit(TEXTS, Y).loss_ == "supcon"
+
+
+def test_sparse_and_dense_indicators_tune_alike_and_one_hot_is_one_label(tiny_model_dir):
+    dense = tuner(tiny_model_dir, epochs=1).fit(TEXTS, Y).transform(TEXTS)
+    np.testing.assert_array_equal(
+        tuner(tiny_model_dir, epochs=1).fit(TEXTS, sparse.csr_matrix(Y)).transform(TEXTS), dense)
+    labels = np.array(["cat", "dog", "cat", "bird"] * 4)
+    one_hot = MultiLabelBinarizer().fit_transform(labels[:, None])
+    np.testing.assert_array_equal(
+        tuner(tiny_model_dir, epochs=1).fit(TEXTS, one_hot).transform(TEXTS),
+        tuner(tiny_model_dir, epochs=1).fit(TEXTS, labels).transform(TEXTS))
+
+
+def test_texts_without_labels_train_as_negatives_only(tiny_model_dir):
+    texts = TEXTS + ["a red house", "the long river"]
+    y = np.vstack([Y, np.zeros((2, 3), dtype=int)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert tuner(tiny_model_dir, epochs=1).fit(texts, y).transform(texts).shape[0] == 18
+    assert not [w for w in caught if "hold for no" in str(w.message)]  # every label holds
+
+
+@pytest.mark.parametrize("X, y, message", [
+    (TEXTS, np.where(Y == 1, 0.7, 0.0), r"FineTunedVectorizer takes a 2-D y as a label "
+                                        r"indicator .* MultiLabelBinarizer"),
+    (TEXTS, Y + np.eye(len(TEXTS), 3, dtype=int), r"such as \[0, 1, 2\]"),
+    (TEXTS, Y[:3], r"y has 3 values for the 16 items of X"),
+    (TEXTS, np.ones((len(TEXTS), 3), dtype=int), r"at least 2 different label sets; every "
+                                                 r"row of y is the same"),
+    (list(zip(TEXTS, TEXTS[::-1])), Y, r"A label-indicator y \(n_items, n_labels\) is for "
+                                       r"loss='supcon' on texts; loss='cosent'"),
+])
+def test_a_bad_indicator_is_refused(tiny_model_dir, X, y, message):
+    with pytest.raises(ValueError, match=message):
+        tuner(tiny_model_dir, loss="auto", epochs=1).fit(X, y)
+
+
+def test_a_label_that_no_text_holds_warns_in_supcon(tiny_model_dir):
+    y = np.column_stack([Y, np.zeros(len(TEXTS), dtype=int)])
+    with pytest.warns(UserWarning, match=r"labels \[3\] \(columns of y\) hold for no text of "
+                                         r"this fit: they make no two texts positives"):
+        tuner(tiny_model_dir, epochs=1).fit(TEXTS, y)
+
+
+def test_score_ranks_each_texts_labels_by_their_centroids(tiny_model_dir, tuned):
+    from sklearn.model_selection import GridSearchCV
+
+    vectors = tuned.transform(TEXTS).astype(np.float64)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    precisions = []
+    for i in range(len(TEXTS)):
+        scores = []
+        for label in range(Y.shape[1]):
+            holders = [j for j in range(len(TEXTS)) if j != i and Y[j, label]]
+            centroid = vectors[holders].sum(axis=0)
+            scores.append(vectors[i] @ centroid / np.linalg.norm(centroid) if holders else -2)
+        scores = np.array(scores)
+        relevant = np.flatnonzero(Y[i])
+        precisions.append(np.mean([np.sum(scores[relevant] >= scores[r])
+                                   / np.sum(scores >= scores[r]) for r in relevant]))
+    assert tuned.score(TEXTS, Y) == pytest.approx(np.mean(precisions))
+    assert tuned.score(TEXTS, sparse.csr_matrix(Y)) == tuned.score(TEXTS, Y)
+    # A text without labels has nothing to rank: left out.
+    with_empty = np.vstack([Y, np.zeros((1, 3), dtype=int)])
+    assert tuned.score(TEXTS + ["a red house"], with_empty) == tuned.score(TEXTS, Y)
+    with pytest.raises(ValueError, match="label-indicator y takes single texts"):
+        tuned.score(list(zip(TEXTS, TEXTS)), Y)
+    search = GridSearchCV(tuner(tiny_model_dir, epochs=1),
+                          {"temperature": [0.05, 0.1]}, cv=2, error_score="raise").fit(TEXTS, Y)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()

@@ -5,14 +5,14 @@ turns the scores into classes and probabilities, as LogisticRegression does
 (BertClassifier, BertWordClassifier), and checks the samples and labels of a fit.
 """
 
-import warnings
-
 import numpy as np
 from scipy import sparse
 from sklearn.base import ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import column_or_1d
+
+from skbert._validation import warn_at_caller
 
 
 class LinearHead:
@@ -40,13 +40,10 @@ class LinearHeadClassifier(ClassifierMixin, LinearHead):
         import torch
 
         name = type(self).__name__
-        Y = (y.toarray() if sparse.issparse(y) else np.asarray(y)).astype(np.float32)
+        Y = indicator_rows(y)
         _check_samples(X, Y, name, "word samples" if self._reads_words else "texts")
-        empty = np.flatnonzero(Y.sum(axis=0) == 0)
-        if len(empty):  # as OneVsRestClassifier: the label trains towards never holding
-            warnings.warn(f"{name}: labels {empty.tolist()} (columns of y) hold for no "
-                          "sample of this fit: the classifier learns that they never hold.",
-                          UserWarning, stacklevel=3)
+        # As OneVsRestClassifier: the label trains towards never holding.
+        warn_empty_labels(Y, name, "sample", "the classifier learns that they never hold")
         weights = self.class_weight
         if weights is None:
             return np.arange(Y.shape[1]), Y, None
@@ -172,6 +169,21 @@ def is_label_indicator(y, estimator):
             "several labels, MultiLabelBinarizer().fit_transform(lists of labels) makes one; "
             "for one label per text, give a 1-D y.")
     return True
+
+
+def indicator_rows(y):
+    """A label-indicator ``y`` (dense or sparse) as a dense float32 array."""
+    return (y.toarray() if sparse.issparse(y) else np.asarray(y)).astype(np.float32)
+
+
+def warn_empty_labels(Y, estimator, sample, consequence):
+    """Warn where a column of the label indicator ``Y`` holds for no ``sample`` of the fit,
+    saying its ``consequence``: an error would break the cross-validation folds of a rare
+    label."""
+    empty = np.flatnonzero(Y.sum(axis=0) == 0)
+    if len(empty):
+        warn_at_caller(f"{estimator}: labels {empty.tolist()} (columns of y) hold for no "
+                       f"{sample} of this fit: {consequence}.")
 
 
 def _check_samples(X, y, estimator, what="texts"):

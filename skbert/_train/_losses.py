@@ -19,7 +19,9 @@ and compares rows by their cosine, times ``scale`` (1 / temperature):
 - :func:`cosine`: the squared error of each pair's cosine to its target in
   [0, 1].
 - :func:`supcon`: supervised contrastive (Khosla et al. 2020, the "out"
-  form): texts of one label in a batch are each other's positives.
+  form): texts of one label in a batch are each other's positives; with
+  several labels a text, positives weigh by the overlap of their label sets
+  (:func:`positive_weights`).
 
 :func:`cached` runs a loss with gradient caching (GradCache, Gao et al. 2021):
 embeddings of the whole batch without a graph, their gradient from the loss,
@@ -68,7 +70,31 @@ def cosine(columns, targets, scale):
     return torch.nn.functional.mse_loss(_cosines(columns), targets.float())
 
 
-def supcon(columns, targets, scale):
+def positive_weights(rows, overlap="jaccard"):
+    """The weight of text j as a positive of text i, from their label-indicator ``rows``
+    (one row of 0/1 per text): ``"jaccard"`` weighs it by the overlap of their label sets,
+    ``|A & B| / |A | B|``; ``"any"`` (SetFit's multi-label pairs) gives 1 where they share a
+    label. One-hot rows (one label per text) give 1 for the same label and 0 otherwise
+    under both. A text without labels is no text's positive (not even another without
+    labels): "none of these labels" is no class. The diagonal is 0."""
+    import torch
+
+    rows = rows.float()
+    shared = rows @ rows.T
+    if overlap == "any":
+        weights = (shared > 0).float()
+    else:
+        sizes = rows.sum(dim=1)
+        union = sizes[:, None] + sizes[None, :] - shared
+        weights = torch.where(union > 0, shared / union.clamp(min=1), shared.new_zeros(()))
+    return weights.fill_diagonal_(0.0)
+
+
+def supcon(columns, targets, scale, overlap="jaccard"):
+    """Supervised contrastive loss of one column of texts; ``targets`` are their class
+    labels (n,) or label-indicator rows (n, n_labels), whose positives weigh by
+    :func:`positive_weights`: each anchor's loss is the weighted mean of its positives'
+    -log p, p the softmax over every other text of the batch."""
     import torch
 
     unit = _unit(columns[0])
@@ -76,12 +102,14 @@ def supcon(columns, targets, scale):
     itself = torch.eye(len(unit), dtype=torch.bool, device=unit.device)
     log_p = similarities - torch.logsumexp(similarities.masked_fill(itself, float("-inf")),
                                            dim=1, keepdim=True)
-    positives = (targets[:, None] == targets[None, :]) & ~itself
-    counts = positives.sum(dim=1)
-    anchors = counts > 0
-    if not bool(anchors.any()):  # no two texts of one label: nothing to pull together
+    if targets.ndim == 1:  # class labels: their one-hot rows
+        targets = torch.nn.functional.one_hot(torch.unique(targets, return_inverse=True)[1])
+    weights = positive_weights(targets, overlap)
+    totals = weights.sum(dim=1)
+    anchors = totals > 0
+    if not bool(anchors.any()):  # no two texts share a label: nothing to pull together
         return similarities.sum() * 0.0
-    per_anchor = (log_p * positives).sum(dim=1)[anchors] / counts[anchors]
+    per_anchor = (log_p * weights).sum(dim=1)[anchors] / totals[anchors]
     return -per_anchor.mean()
 
 
