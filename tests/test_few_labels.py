@@ -33,7 +33,7 @@ def test_auto_epochs_of_the_fine_tuners(tiny_model_dir):
                           device="cpu").fit(TEXTS, LABELS).n_iter_ == 2
     tuned = FineTunedVectorizer(BertVectorizer(tiny_model_dir, device="cpu"), loss="supcon",
                                 batch_size=4, random_state=0).fit(TEXTS, LABELS)
-    assert tuned.epochs_ == 17 and len(tuned.loss_curve_) == 17  # 3 batches a pass
+    assert tuned.epochs_ == 34 and len(tuned.loss_curve_) == 34  # 3 batches a pass: 100 steps
 
 
 def untrained(tiny_model_dir, **settings):

@@ -18,7 +18,7 @@ BLOCK = re.compile(r"(?P<tests>(?:^\.\. test: .+? -> .+?\n)*)^\.\. code-block:: 
 SUBSTITUTION = re.compile(r"\.\. test: (.+?) -> (.+?)\n")
 
 # Guides that define every name their code uses (a setup block first).
-RUNNABLE = ["hybrid_search.rst"]
+RUNNABLE = ["hybrid_search.rst", "few_labels.rst"]
 
 
 def guide_blocks(name):

@@ -223,7 +223,7 @@ def test_fit_warns_that_one_anchor_trains_in_batches_of_one(tiny_model_dir):
                                          r"fewer than batch_size=8 items, 16 of them one item "
                                          r"\(no negatives: it trains nothing\): texts repeat"):
         tuned = tuner(tiny_model_dir).fit(pairs)
-    assert tuned.loss_curve_ == [0.0]
+    assert set(tuned.loss_curve_) == {0.0}  # in every pass
 
 
 # 9. set_output: the vectorizer's carried, the FineTunedVectorizer's own first.

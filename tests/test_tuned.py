@@ -441,12 +441,12 @@ def test_cosine_scales_scores_to_the_unit_interval(tiny_model_dir, monkeypatch):
         return original(columns, targets, scale)
 
     monkeypatch.setitem(_losses.LOSSES, "cosine", spy)
-    tuner(tiny_model_dir, loss="cosine", batch_size=len(PAIRS)).fit(PAIRS, SCORES)
+    tuner(tiny_model_dir, loss="cosine", batch_size=len(PAIRS), epochs=1).fit(PAIRS, SCORES)
     scaled = torch.cat(seen)
     assert scaled.min() == 0.0 and scaled.max() == 1.0
     seen.clear()
     unit = np.linspace(0.2, 0.7, len(PAIRS))
-    tuner(tiny_model_dir, loss="cosine", batch_size=len(PAIRS)).fit(PAIRS, unit)
+    tuner(tiny_model_dir, loss="cosine", batch_size=len(PAIRS), epochs=1).fit(PAIRS, unit)
     np.testing.assert_allclose(torch.sort(torch.cat(seen)).values.numpy(), unit)
 
 
