@@ -44,6 +44,16 @@ def _kind(width):
     return _KINDS.get(width, f"{width}-tuples")
 
 
+def _read_y(y):
+    """``y`` as an array (a label indicator's dense 0/1 rows, else one column) or None, and
+    whether it is a label indicator."""
+    if y is None:
+        return None, False
+    if is_label_indicator(y, "FineTunedVectorizer"):
+        return indicator_rows(y), True
+    return column_or_1d(y, warn=True), False
+
+
 def _distinct_batches(texts, rows, batch_size, rng):
     """Random batches of ``rows`` in which no text appears in two rows.
 
@@ -464,9 +474,8 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         if n_items == 0:
             raise ValueError("Found 0 items while a minimum of 1 is required by "
                              "FineTunedVectorizer.")
-        indicator = y is not None and is_label_indicator(y, "FineTunedVectorizer")
+        y, indicator = _read_y(y)
         if y is not None:
-            y = indicator_rows(y) if indicator else column_or_1d(y, warn=True)
             if len(y) != n_items:
                 raise ValueError(f"y has {len(y)} values for the {n_items} items of X: give "
                                  "one per item.")
@@ -611,9 +620,8 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
 
         check_is_fitted(self, "loss_")
         columns = check_text_tuples(X, TUPLE_WIDTHS)
-        indicator = y is not None and is_label_indicator(y, "FineTunedVectorizer")
+        y, indicator = _read_y(y)
         if y is not None:
-            y = indicator_rows(y) if indicator else column_or_1d(y, warn=True)
             if len(y) != len(columns[0]):
                 raise ValueError(f"y has {len(y)} values for the {len(columns[0])} items of X.")
         if indicator and len(columns) > 1:
