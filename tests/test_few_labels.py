@@ -31,9 +31,14 @@ def test_auto_epochs_of_the_fine_tuners(tiny_model_dir):
     assert classifier.n_iter_ == 50  # 10 texts, one batch of 16 a pass
     assert BertClassifier(tiny_model_dir, freeze="all", epochs=2, random_state=0,
                           device="cpu").fit(TEXTS, LABELS).n_iter_ == 2
-    tuned = FineTunedVectorizer(BertVectorizer(tiny_model_dir, device="cpu"), loss="supcon",
-                                batch_size=4, random_state=0).fit(TEXTS, LABELS)
-    assert tuned.epochs_ == 34 and len(tuned.loss_curve_) == 34  # 3 batches a pass: 100 steps
+    supcon = FineTunedVectorizer(BertVectorizer(tiny_model_dir, device="cpu"), loss="supcon",
+                                 batch_size=4, random_state=0)
+    tuned = supcon.fit(TEXTS, LABELS)  # 3 classes: at least 30 steps, 3 batches a pass
+    assert tuned.epochs_ == len(tuned.loss_curve_) == 10
+    indicator = MultiLabelBinarizer().fit_transform(  # 5 labels
+        [[label, "short" if len(text) < 10 else "long"] for text, label in zip(TEXTS, LABELS)])
+    tuned = supcon.fit(TEXTS, indicator)  # at least 50 steps: 17 passes
+    assert tuned.epochs_ == len(tuned.loss_curve_) == 17
 
 
 def untrained(tiny_model_dir, **settings):

@@ -36,8 +36,10 @@ from skbert._vectorizer import BertVectorizer
 _INPUTS = {"in_batch": (TUPLE_WIDTHS, False), "cosent": ((2,), True), "cosine": ((2,), True),
            "supcon": ((1,), True)}
 _KINDS = {1: "texts", 2: "pairs", 3: "triplets"}
-# epochs="auto": the least epochs, and the least optimizer steps (measured in the docstring).
+# epochs="auto": the least epochs, and the least optimizer steps (measured in the docstring);
+# "supcon" takes the least steps per class (per label of an indicator y) instead.
 _AUTO_EPOCHS = 1, 100
+_SUPCON_STEPS_PER_CLASS = 10
 
 
 def _kind(width):
@@ -412,7 +414,12 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         seed = _training.derive_seed(self.random_state)
         rng = np.random.RandomState(seed)
         rows = np.arange(len(ids))
-        n_epochs = _training.auto_epochs(self.epochs, len(rows), self.batch_size, *_AUTO_EPOCHS)
+        least_epochs, least_steps = _AUTO_EPOCHS
+        if loss == "supcon":
+            n_classes = targets.shape[1] if targets.ndim == 2 else targets.max() + 1
+            least_steps = _SUPCON_STEPS_PER_CLASS * int(n_classes)
+        n_epochs = _training.auto_epochs(self.epochs, len(rows), self.batch_size, least_epochs,
+                                         least_steps)
         plan = [_distinct_batches(ids, rows, self.batch_size, rng) if loss == "in_batch"
                 else _training.shuffled_batches(rows, None, self.batch_size, rng)
                 for _ in range(n_epochs)]

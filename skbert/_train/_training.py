@@ -53,7 +53,7 @@ def resolved_freeze(freeze):
 AUTO_RATES = {
     "BertClassifier": {"encoder": (5e-5, 1e-2), "lora": (2e-3, 1e-2), "all": (5e-5, 1e-2)},
     "FineTunedVectorizer": {"encoder": (2e-5, None), "lora": (5e-4, None)},
-    "FineTunedVectorizer supcon": {"encoder": (5e-5, None), "lora": (5e-4, None)},
+    "FineTunedVectorizer supcon": {"encoder": (1e-4, None), "lora": (5e-4, None)},
     "BertWordClassifier": {"encoder": (1e-4, None), "lora": (2e-3, None), "all": (1e-4, 1e-2)},
     "BertReranker": {"encoder": (2e-5, None), "lora": (2e-3, None), "all": (2e-5, 1e-2)},
 }
