@@ -13,9 +13,10 @@ defaults on the 500 test questions, with the offline all-MiniLM-L6-v2:
 - ``BertClassifier``: its head starts from a logistic regression on the
   frozen features (a linear probe), then trains with the whole encoder.
 
-The fine-tuners take at least 100 (the recipe) and 50 (``BertClassifier``)
-optimizer steps at their defaults, however few the texts (``epochs="auto"``). It prints each draw's accuracies and fit
-seconds, then the mean of the draws. Three draws take a few minutes on a
+The fine-tuners take at least 10 optimizer steps per class (the recipe: 60
+here) and 50 (``BertClassifier``) at their defaults, however few the texts
+(``epochs="auto"``). It prints each draw's accuracies and fit seconds, then
+the mean of the draws. Three draws take a few minutes on a
 2-core CPU.
 
 Run: ``python examples/few_labels.py [--per-class 8] [--draws 3]``
