@@ -232,11 +232,11 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
     learning_rate : float or "auto", default="auto"
         Peak learning rate of AdamW. "auto" is 2e-5 (sentence-transformers'
         default), 1e-4 for "supcon" (8 TREC questions per class, 3 draws:
-        0.716 after 40 steps at 5e-5, 0.759 at 1e-4, 0.756 after 60 at 2e-4;
-        0.770 after 60 at 1e-4),
-        and 5e-4 with ``freeze="lora"``: adapters start from zero and want
-        larger steps (on STS-B, 5e-4 came within 0.01 of full fine-tuning;
-        see benchmarks/README.md).
+        0.716 accuracy after 40 steps at 5e-5 against 0.759 at 1e-4; 0.770
+        after 60 at 1e-4 against 0.756 at 2e-4), and 5e-4 with
+        ``freeze="lora"``: adapters start from zero and want larger steps (on
+        STS-B, 5e-4 came within 0.01 of full fine-tuning; see
+        benchmarks/README.md).
     warmup : float, default=0.1
         Fraction of the steps over which the learning rate rises from 0.
     temperature : float, default=0.05
