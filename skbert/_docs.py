@@ -76,7 +76,7 @@ default="mean"
         Texts per optimization step (and per forward pass when encoding).
         Memory grows with it and with the texts' length, not with their
         number: at the defaults a ``BertClassifier`` fit of all-MiniLM-L6-v2
-        peaked at 1.1-1.3 GB resident, the whole process with its libraries
+        peaked at 1.1-1.4 GB resident, the whole process with its libraries
         and the model (16 to 128 labelled sentences, or 1,000 GoEmotions
         comments with 28 labels, on 2 CPU cores, ``benchmarks/few_labels.py``).
     weight_decay : float, default=0.01

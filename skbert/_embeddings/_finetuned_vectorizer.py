@@ -216,7 +216,7 @@ class FineTunedVectorizer(TunedPersistence, ClassNamePrefixFeaturesOutMixin, Tra
         Items per optimizer step. With "in_batch" and "supcon" it is also
         the number of negatives each text is contrasted with: larger is
         usually better, and ``mini_batch_size`` makes it affordable. At the
-        defaults a "supcon" fit of all-MiniLM-L6-v2 peaked at 1.2-1.6 GB
+        defaults a "supcon" fit of all-MiniLM-L6-v2 peaked at 1.2-1.7 GB
         resident, the whole process with its libraries and the model (16 to
         128 labelled sentences, or 1,000 GoEmotions comments with 28 labels,
         on 2 CPU cores, ``benchmarks/few_labels.py``).
