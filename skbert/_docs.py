@@ -74,11 +74,11 @@ default="mean"
         at ``learning_rate``'s value: it no longer starts at random.
     batch_size : int, default=16
         Texts per optimization step (and per forward pass when encoding).
-        Memory grows with it and with the texts' length, not with their
-        number: at the defaults a ``BertClassifier`` fit of all-MiniLM-L6-v2
-        peaked at 1.1-1.4 GB resident, the whole process with its libraries
-        and the model (16 to 128 labelled sentences, or 1,000 GoEmotions
-        comments with 28 labels, on 2 CPU cores, ``benchmarks/few_labels.py``).
+        At the defaults a ``BertClassifier`` fit of all-MiniLM-L6-v2 peaked
+        at 1.1-1.4 GB resident, the whole process with its libraries and the
+        model (16 to 128 labelled sentences, or 1,000 GoEmotions comments
+        with 28 labels), and at 3.1 GB on all 43,410 GoEmotions training
+        comments (2 CPU cores, ``benchmarks/few_labels.py``).
     weight_decay : float, default=0.01
         AdamW's decoupled weight decay, on weight matrices only (not on biases
         and LayerNorm weights).
