@@ -1,6 +1,6 @@
 """SetFit 1.2.0, the peer of ``few_labels.py``: one fit and its predictions, at SetFit's defaults.
 
-Runs in its own environment (``benchmarks/.setfit-env``, built by ``setfit_python()``
+Runs in its own environment (``benchmarks/.setfit-env``, built by ``_peers.venv_python``
 on first use with ``SETFIT_PINS``; pip resolves sentence-transformers, transformers and
 datasets, whose versions the result records), never imported by skbert;
 ``few_labels.py`` imports only ``run_setfit`` from here. A JSON job holds the model
